@@ -1,0 +1,53 @@
+"""The clusterfed wire protocol: typed messages, msgpack codec, protocol version.
+
+This package imports nothing else from clusterfed and nothing from Ray, so any
+process (a Ray worker, a test, another implementation) can speak it alone.
+"""
+
+from __future__ import annotations
+
+from .codec import MAX_MESSAGE_BYTES, decode, describe, encode, encode_many
+from .errors import ClusterfedError, ProtocolError
+from .messages import (
+    MESSAGE_KINDS,
+    ClusterModel,
+    Envelope,
+    ErrorReply,
+    EvaluateReply,
+    EvaluateTask,
+    JoinRequest,
+    Message,
+    Shutdown,
+    TrainConfig,
+    TrainTask,
+    UpdateReply,
+    Welcome,
+)
+from .tensor import FlatVector, Tensor
+from .version import PROTOCOL_VERSION
+
+__all__ = [
+    "MAX_MESSAGE_BYTES",
+    "MESSAGE_KINDS",
+    "PROTOCOL_VERSION",
+    "ClusterModel",
+    "ClusterfedError",
+    "Envelope",
+    "ErrorReply",
+    "EvaluateReply",
+    "EvaluateTask",
+    "FlatVector",
+    "JoinRequest",
+    "Message",
+    "ProtocolError",
+    "Shutdown",
+    "Tensor",
+    "TrainConfig",
+    "TrainTask",
+    "UpdateReply",
+    "Welcome",
+    "decode",
+    "describe",
+    "encode",
+    "encode_many",
+]

@@ -1,0 +1,122 @@
+"""numpy arrays as pydantic fields, and their msgpack extension encoding.
+
+A tensor travels as one msgpack extension (code `TENSOR_EXT`) whose payload is a
+small fixed header (dtype code, number of dimensions, each dimension as uint64)
+followed by the raw little-endian bytes. The header is parsed defensively: every
+inconsistency becomes a `ProtocolError` naming it.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Annotated, Any
+
+import numpy as np
+from pydantic import GetCoreSchemaHandler
+from pydantic_core import core_schema
+
+from .errors import ProtocolError
+
+TENSOR_EXT = 1
+MAX_DIMS = 8
+
+# A closed table: decoding never lets the sender name an arbitrary numpy dtype
+# (an object dtype would be a door to pickle).
+_DTYPES: tuple[np.dtype[Any], ...] = tuple(
+    np.dtype(t).newbyteorder("<")
+    for t in (
+        "float32",
+        "float64",
+        "float16",
+        "int64",
+        "int32",
+        "int16",
+        "int8",
+        "uint8",
+        "bool",
+    )
+)
+_CODE_OF = {dt.newbyteorder("="): code for code, dt in enumerate(_DTYPES)}
+_HEADER = struct.Struct("<BB")
+
+
+def pack_tensor(array: np.ndarray) -> bytes:
+    """The extension payload of `array`: header, then little-endian bytes."""
+    code = _CODE_OF.get(array.dtype.newbyteorder("="))
+    if code is None:
+        raise ProtocolError(f"tensor: dtype {array.dtype} cannot be sent")
+    if array.ndim > MAX_DIMS:
+        raise ProtocolError(f"tensor: {array.ndim} dimensions, at most {MAX_DIMS}")
+    little = array.astype(_DTYPES[code], order="C", copy=False)
+    header = _HEADER.pack(code, little.ndim) + struct.pack(
+        f"<{little.ndim}Q", *little.shape
+    )
+    return header + little.tobytes()
+
+
+def unpack_tensor(payload: bytes) -> np.ndarray:
+    """The array encoded by `pack_tensor`; a read-only view of `payload`."""
+    if len(payload) < _HEADER.size:
+        raise ProtocolError("tensor: header truncated")
+    code, ndim = _HEADER.unpack_from(payload)
+    if code >= len(_DTYPES):
+        raise ProtocolError(f"tensor: bad dtype code {code}")
+    if ndim > MAX_DIMS:
+        raise ProtocolError(f"tensor: {ndim} dimensions, at most {MAX_DIMS}")
+    start = _HEADER.size + 8 * ndim
+    if len(payload) < start:
+        raise ProtocolError("tensor: shape truncated")
+    shape = struct.unpack_from(f"<{ndim}Q", payload, _HEADER.size)
+    dtype = _DTYPES[code]
+    expected = dtype.itemsize * int(np.prod(shape, dtype=np.float64))
+    if len(payload) - start != expected:
+        raise ProtocolError(
+            f"tensor: shape {tuple(shape)} of {dtype.name} needs {expected:.0f} bytes,"
+            f" {len(payload) - start} were sent"
+        )
+    return np.frombuffer(payload, dtype=dtype, offset=start).reshape(shape)
+
+
+def _as_array(value: Any) -> np.ndarray:
+    if not isinstance(value, np.ndarray):
+        raise ValueError(f"expected a tensor, got {type(value).__name__}")
+    return value
+
+
+def _as_flat_finite(value: Any) -> np.ndarray:
+    array = _as_array(value)
+    if array.ndim != 1:
+        raise ValueError(f"expected a flat vector, got shape {array.shape}")
+    if array.dtype.kind != "f":
+        raise ValueError(f"expected floating point values, got {array.dtype}")
+    if not np.isfinite(array).all():
+        raise ValueError("contains NaN or Inf")
+    return array
+
+
+class _TensorSchema:
+    """Pydantic hook: validate with `check`, serialise as the array itself.
+
+    The codec turns arrays into extension types, so the python-mode dump keeps
+    them as arrays rather than lists of floats.
+    """
+
+    def __init__(self, check: Any) -> None:
+        self.check = check
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_plain_validator_function(
+            self.check,
+            serialization=core_schema.plain_serializer_function_ser_schema(
+                lambda array: array
+            ),
+        )
+
+
+Tensor = Annotated[np.ndarray, _TensorSchema(_as_array)]
+"""Any array of a sendable dtype."""
+
+FlatVector = Annotated[np.ndarray, _TensorSchema(_as_flat_finite)]
+"""A 1-D floating point vector with no NaN or Inf: model weights and updates."""
