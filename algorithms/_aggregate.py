@@ -1,0 +1,47 @@
+"""Shared aggregation maths on flat vectors."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from clusterfed.types import ClusterId
+
+from .base import ClientUpdate
+
+
+def weighted_mean(
+    vectors: Sequence[np.ndarray], weights: Sequence[float]
+) -> np.ndarray:
+    """Σ wᵢ vᵢ / Σ wᵢ, accumulated in float64 in the given order."""
+    total = float(np.sum(weights))
+    if not vectors or total <= 0:
+        raise ValueError("weighted_mean needs vectors with a positive total weight")
+    acc = np.zeros(vectors[0].shape, dtype=np.float64)
+    for vector, weight in zip(vectors, weights, strict=True):
+        acc += float(weight) * vector
+    return acc / total
+
+
+def average_per_cluster(
+    models: Mapping[ClusterId, np.ndarray],
+    updates: Sequence[ClientUpdate],
+    *,
+    server_lr: float = 1.0,
+) -> dict[ClusterId, np.ndarray]:
+    """Each cluster's model plus the sample-weighted mean of its members' deltas.
+
+    Only accepted ("ok") updates count; a cluster nobody updated keeps its model.
+    Updates are taken in client order so the sum is the same in every run.
+    """
+    by_cluster: dict[ClusterId, list[ClientUpdate]] = defaultdict(list)
+    for update in sorted(updates, key=lambda u: u.client):
+        if update.ok and update.delta is not None and update.n_samples > 0:
+            by_cluster[update.cluster].append(update)
+    new = dict(models)
+    for cluster, members in by_cluster.items():
+        step = weighted_mean([u.delta for u in members], [u.n_samples for u in members])  # type: ignore[misc]
+        new[cluster] = (models[cluster] + server_lr * step).astype(np.float32)
+    return new

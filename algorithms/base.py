@@ -1,0 +1,139 @@
+"""The `Strategy` interface: what a federated algorithm decides, and nothing else.
+
+The server runs the loop (sending tasks, collecting replies, timing, faults);
+a strategy only decides, through a handful of hooks, and never awaits, sleeps,
+reads a clock or imports a runtime. Every clustered strategy keeps the same
+state shape: cluster models plus an assignment client → cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+
+from clusterfed.protocol import TrainConfig
+from clusterfed.types import ClientId, ClusterId
+
+UpdateStatus = Literal["ok", "late", "failed", "rejected"]
+
+
+@dataclass(frozen=True)
+class ClientInfo:
+    """What the server knows of a client: never its data, only its size."""
+
+    id: ClientId
+    n_train: int
+    joined_round: int = 0
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """One client's task this round: the model(s) it receives, its config.
+
+    `models` maps cluster ids to flat weight vectors; a client trains the only
+    one, or chooses among several when its policy does (IFCA-like).
+    """
+
+    client: ClientId
+    models: Mapping[ClusterId, np.ndarray]
+    config: TrainConfig | None = None
+
+
+@dataclass(frozen=True)
+class ClientUpdate:
+    """A client's outcome as the strategy sees it: data, never an exception.
+
+    `base` is the model the client trained from and `delta` the change it
+    uploaded; both are None unless `status` is "ok" (or "late", where the
+    strategy may use a stale update).
+    """
+
+    client: ClientId
+    cluster: ClusterId
+    status: UpdateStatus
+    base: np.ndarray | None = None
+    delta: np.ndarray | None = None
+    n_samples: int = 0
+    loss: float | None = None
+    reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """Cluster models (flat float32 vectors) and the client → cluster map.
+
+    `rng` is the strategy's own random stream (sampling, random inits), seeded
+    from the scenario; `extra` holds whatever else a strategy must remember.
+    """
+
+    models: Mapping[ClusterId, np.ndarray]
+    assignment: Mapping[ClientId, ClusterId]
+    rng: np.random.Generator
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def replace(self, **changes: Any) -> ServerState:
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def n_clusters(self) -> int:
+        """Clusters that hold at least one client."""
+        return len(set(self.assignment.values()))
+
+
+class Strategy(ABC):
+    """Base of every algorithm. Subclasses set `name` and implement `aggregate`.
+
+    Hyperparameters are keyword-only `__init__` arguments with defaults; bad
+    values raise `ValueError` naming the value.
+    """
+
+    name: ClassVar[str]
+
+    def init_state(self, initial: np.ndarray, rng: np.random.Generator) -> ServerState:
+        """The state before any client joins: one cluster holding `initial`."""
+        return ServerState(models={ClusterId(0): initial}, assignment={}, rng=rng)
+
+    def on_join(self, state: ServerState, client: ClientInfo) -> ServerState:
+        """A client joined: by default it belongs to the lowest cluster id."""
+        first = min(state.models)
+        return state.replace(assignment={**state.assignment, client.id: first})
+
+    def on_leave(self, state: ServerState, client: ClientId) -> ServerState:
+        assignment = {k: v for k, v in state.assignment.items() if k != client}
+        return state.replace(assignment=assignment)
+
+    def train_config(self, base: TrainConfig) -> TrainConfig:
+        """The training settings clients receive; variants add their extras."""
+        return base
+
+    def plan_round(
+        self, state: ServerState, round: int, clients: Sequence[ClientInfo]
+    ) -> list[TaskPlan]:
+        """By default every available client trains its own cluster's model."""
+        return [self.plan_for(state, c.id) for c in clients]
+
+    @abstractmethod
+    def aggregate(
+        self, state: ServerState, round: int, updates: Sequence[ClientUpdate]
+    ) -> ServerState:
+        """Fold this round's updates into new cluster models (and assignment)."""
+
+    def model_for(
+        self, state: ServerState, client: ClientId
+    ) -> tuple[ClusterId, np.ndarray]:
+        """The model a client is evaluated with: its cluster's."""
+        cluster = state.assignment[client]
+        return cluster, state.models[cluster]
+
+    def plan_for(self, state: ServerState, client: ClientId) -> TaskPlan:
+        cluster, weights = self.model_for(state, client)
+        return TaskPlan(client=client, models={cluster: weights})

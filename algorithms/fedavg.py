@@ -1,0 +1,55 @@
+"""FedAvg: the sample-weighted mean of client deltas.
+
+McMahan, Moore, Ramage, Hampson, Agüera y Arcas, "Communication-Efficient
+Learning of Deep Networks from Decentralized Data", AISTATS 2017.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ._aggregate import average_per_cluster
+from .base import ClientInfo, ClientUpdate, ServerState, Strategy, TaskPlan
+
+
+class FedAvg(Strategy):
+    """One global model; a fraction `fraction` of clients trains each round.
+
+    Args:
+        fraction: share of available clients sampled each round (C in the
+            paper); at least one client is always sampled.
+        server_lr: step applied to the mean delta (1.0 is plain FedAvg).
+    """
+
+    name = "fedavg"
+
+    def __init__(self, *, fraction: float = 1.0, server_lr: float = 1.0) -> None:
+        if not 0 < fraction <= 1:
+            raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+        if server_lr <= 0:
+            raise ValueError(f"server_lr must be > 0, got {server_lr}")
+        self.fraction = fraction
+        self.server_lr = server_lr
+
+    def plan_round(
+        self, state: ServerState, round: int, clients: Sequence[ClientInfo]
+    ) -> list[TaskPlan]:
+        chosen = sample_clients(state, clients, self.fraction)
+        return [self.plan_for(state, c.id) for c in chosen]
+
+    def aggregate(
+        self, state: ServerState, round: int, updates: Sequence[ClientUpdate]
+    ) -> ServerState:
+        models = average_per_cluster(state.models, updates, server_lr=self.server_lr)
+        return state.replace(models=models)
+
+
+def sample_clients(
+    state: ServerState, clients: Sequence[ClientInfo], fraction: float
+) -> list[ClientInfo]:
+    """A seeded sample of max(1, round(fraction·n)) clients, in id order."""
+    if fraction >= 1 or len(clients) <= 1:
+        return list(clients)
+    k = max(1, round(fraction * len(clients)))
+    picked = state.rng.choice(len(clients), size=k, replace=False)
+    return [clients[i] for i in sorted(picked)]
