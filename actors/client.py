@@ -1,0 +1,153 @@
+"""The client actor: message handling around a `LocalTrainer`.
+
+`handle` takes encoded bytes and always returns encoded bytes: a reply, or an
+error reply that says what was wrong. Nothing a peer sends can raise out of it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from clusterfed.protocol import (
+    ClusterfedError,
+    Envelope,
+    ErrorReply,
+    EvaluateReply,
+    EvaluateTask,
+    JoinRequest,
+    Message,
+    ProtocolError,
+    Shutdown,
+    TrainTask,
+    UpdateReply,
+    decode,
+    encode,
+)
+
+from . import work
+from .clock import compute_s
+from .spec import ClientSpec
+
+T = TypeVar("T")
+Offload = Callable[..., Awaitable[Any]]
+"""`await offload(fn, *args)` runs blocking work off the event loop.
+
+`fn` is a module-level function of `work` and `args` are picklable, so the
+work can go to a thread or to another process.
+"""
+
+log = logging.getLogger(__name__)
+
+
+async def run_inline(fn: Callable[..., T], *args: Any) -> T:
+    return fn(*args)
+
+
+def client_address(client_id: int) -> str:
+    return f"client/{client_id}"
+
+
+class Client:
+    """One federated client.
+
+    Args:
+        spec: its data, model and device; its id is also its address.
+        offload: how blocking work leaves the event loop.
+    """
+
+    def __init__(self, spec: ClientSpec, *, offload: Offload = run_inline) -> None:
+        self.spec = spec
+        self.id = spec.id
+        self.address = client_address(spec.id)
+        self.offload = offload
+        self.stopped = False
+
+    def join_request(self) -> bytes:
+        request = JoinRequest(
+            client_id=self.id, n_train=len(self.spec.train), n_test=len(self.spec.test)
+        )
+        return encode(
+            self._envelope(
+                request, msg_id=f"{self.address}:join", recipient="server", round=-1
+            )
+        )
+
+    async def handle(self, data: bytes) -> bytes:
+        """Serve one request; bad input becomes an error reply, never an exception."""
+        try:
+            request = decode(data)
+        except ProtocolError as exc:
+            error = ErrorReply(code="bad_message", message=str(exc))
+            return encode(
+                self._envelope(
+                    error, msg_id=f"{self.address}:error", recipient="server", round=-1
+                )
+            )
+        try:
+            reply = await self._serve(request)
+        except ClusterfedError as exc:
+            reply = ErrorReply(code="refused", message=str(exc))
+        except Exception as exc:  # a bug or a bad task must not kill the actor
+            log.exception("client %s failed on %s", self.id, request.payload.kind)
+            reply = ErrorReply(code="internal", message=f"{type(exc).__name__}: {exc}")
+        # A reply's id derives from the request's, so it is unique and the same
+        # whichever process served it.
+        return encode(
+            self._envelope(
+                reply,
+                msg_id=f"{self.address}:re:{request.msg_id}"[:128],
+                recipient=request.sender,
+                round=request.round,
+                in_reply_to=request.msg_id,
+            )
+        )
+
+    async def _serve(self, request: Envelope) -> Message:
+        match request.payload:
+            case TrainTask(models=models, config=config):
+                chosen = models[0]
+                result = await self.offload(
+                    work.train, self.spec, chosen.weights, config, request.round
+                )
+                return UpdateReply(
+                    cluster=chosen.cluster,
+                    delta=result.delta,
+                    n_samples=result.n_samples,
+                    loss=result.loss,
+                    compute_s=compute_s(self.spec.profile, result.samples_seen),
+                )
+            case EvaluateTask(model=model):
+                scores = await self.offload(work.evaluate, self.spec, model.weights)
+                return EvaluateReply(
+                    cluster=model.cluster,
+                    accuracy=scores.accuracy,
+                    loss=scores.loss,
+                    n_samples=scores.n_samples,
+                )
+            case Shutdown():
+                self.stopped = True
+                return Shutdown(reason="acknowledged")
+            case other:
+                return ErrorReply(
+                    code="unexpected", message=f"a client does not serve {other.kind!r}"
+                )
+
+    def _envelope(
+        self,
+        payload: Message,
+        *,
+        msg_id: str,
+        recipient: str,
+        round: int,
+        in_reply_to: str | None = None,
+    ) -> Envelope:
+        return Envelope(
+            msg_id=msg_id,
+            sender=self.address,
+            recipient=recipient,
+            round=round,
+            in_reply_to=in_reply_to,
+            payload=payload,
+        )

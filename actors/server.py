@@ -1,0 +1,416 @@
+"""The parameter server: client registry, round loop, and the books.
+
+The server owns the strategy's state and runs every round the same way: plan,
+send tasks, collect and check replies, aggregate, evaluate. Whatever a client
+sends back is checked before it can reach a model; what fails a check is
+refused, counted with its reason, and the round goes on without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import numpy as np
+
+from clusterfed.algorithms import ClientInfo, ClientUpdate, Strategy, TaskPlan, make
+from clusterfed.protocol import (
+    MAX_MESSAGE_BYTES,
+    ClusterModel,
+    Envelope,
+    ErrorReply,
+    EvaluateReply,
+    EvaluateTask,
+    JoinRequest,
+    Message,
+    ProtocolError,
+    Shutdown,
+    TrainConfig,
+    TrainTask,
+    UpdateReply,
+    Welcome,
+    decode,
+    encode,
+    encode_many,
+)
+from clusterfed.seeding import numpy_rng
+from clusterfed.types import ClientId, ClusterId
+
+from .client import client_address
+from .clock import DeviceProfile, transfer_s
+from .spec import ServerSpec
+from .transport import Transport
+
+SERVER_ADDRESS = "server"
+STRATEGY_STREAM = 1  # key of the strategy's random stream under the scenario seed
+
+Status = Literal["ok", "failed", "rejected"]
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One request/reply with a client, judged."""
+
+    status: Status
+    reply: Envelope | None = None
+    reason: str | None = None
+    bytes_down: int = 0
+    bytes_up: int = 0
+
+
+@dataclass
+class ClientOutcome:
+    """One client's round, as the results file records it."""
+
+    id: ClientId
+    cluster: ClusterId | None = None
+    trained: bool = False
+    acc: float | None = None
+    loss: float | None = None
+    train_loss: float | None = None
+    late: bool = False
+    failed: bool = False
+    rejected: bool = False
+    reason: str | None = None
+    bytes_up: int = 0
+    bytes_down: int = 0
+    sim_s: float = 0.0
+
+
+@dataclass
+class RoundOutcome:
+    round: int
+    sim_duration: float
+    clients: list[ClientOutcome]
+    n_clusters: int
+    rejections: list[str] = field(default_factory=list)
+
+    @property
+    def bytes_up(self) -> int:
+        return sum(c.bytes_up for c in self.clients)
+
+    @property
+    def bytes_down(self) -> int:
+        return sum(c.bytes_down for c in self.clients)
+
+    @property
+    def failed_updates(self) -> int:
+        return sum(c.failed for c in self.clients)
+
+    @property
+    def late_updates(self) -> int:
+        return sum(c.late for c in self.clients)
+
+    @property
+    def rejected_messages(self) -> int:
+        return len(self.rejections)
+
+
+class ParameterServer:
+    """Runs the rounds of one federated run.
+
+    Args:
+        strategy: the algorithm deciding plans and aggregation.
+        initial: the initial model as a flat float32 vector.
+        train_config: base training settings (the strategy may extend them).
+        transport: delivers requests to clients.
+        seed: the scenario seed; the strategy's random stream derives from it.
+        profiles: simulated devices by client (default profile otherwise).
+        task_timeout_s: wall-clock limit on one request; None waits forever.
+        max_message_bytes: replies larger than this are refused.
+    """
+
+    def __init__(
+        self,
+        *,
+        strategy: Strategy,
+        initial: np.ndarray,
+        train_config: TrainConfig,
+        transport: Transport,
+        seed: int,
+        profiles: Mapping[ClientId, DeviceProfile] | None = None,
+        task_timeout_s: float | None = None,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+    ) -> None:
+        self.strategy = strategy
+        self.state = strategy.init_state(
+            np.asarray(initial, dtype=np.float32), numpy_rng(seed, STRATEGY_STREAM)
+        )
+        self.n_weights = int(initial.shape[0])
+        self.train_config = strategy.train_config(train_config)
+        self.transport = transport
+        self.profiles = dict(profiles or {})
+        self.task_timeout_s = task_timeout_s
+        self.max_message_bytes = max_message_bytes
+        self.clients: dict[ClientId, ClientInfo] = {}
+        self.round = 0
+        self._ids = itertools.count()
+        self._rejections: list[str] = []  # drained into each round's outcome
+
+    # -- inbound messages (joins) ---------------------------------------------
+
+    async def handle(self, data: bytes) -> bytes:
+        """Serve a message a client sent on its own (a join request)."""
+        try:
+            request = decode(data, max_bytes=self.max_message_bytes)
+        except ProtocolError as exc:
+            self._rejections.append(f"inbound: {exc}")
+            return self._encode(
+                ErrorReply(code="bad_message", message=str(exc)), "unknown", -1
+            )
+        match request.payload:
+            case JoinRequest(client_id=cid) if request.sender == client_address(cid):
+                cluster = self.join(
+                    ClientInfo(ClientId(cid), request.payload.n_train, self.round)
+                )
+                reply: Message = Welcome(client_id=cid, cluster=cluster)
+            case other:
+                reason = (
+                    f"inbound {other.kind!r} from {request.sender!r} is not accepted"
+                )
+                self._rejections.append(reason)
+                reply = ErrorReply(code="refused", message=reason)
+        return self._encode(reply, request.sender, request.round, request.msg_id)
+
+    def join(self, client: ClientInfo) -> ClusterId | None:
+        self.clients[client.id] = client
+        self.state = self.strategy.on_join(self.state, client)
+        return self.state.assignment.get(client.id)
+
+    def leave(self, client: ClientId) -> None:
+        if self.clients.pop(client, None) is not None:
+            self.state = self.strategy.on_leave(self.state, client)
+
+    # -- the round ------------------------------------------------------------
+
+    async def run_round(self, round: int) -> RoundOutcome:
+        """Plan, train, aggregate and evaluate one round."""
+        self.round = round
+        active = [self.clients[c] for c in sorted(self.clients)]
+        outcomes = {c.id: ClientOutcome(c.id) for c in active}
+        plans = self.strategy.plan_round(self.state, round, active)
+        exchanges = await self._round_trip(
+            [
+                (p.client, task)
+                for p, task in zip(plans, self._tasks(plans), strict=True)
+            ],
+            round,
+        )
+        updates = []
+        for plan, exchange in zip(plans, exchanges, strict=True):
+            update = self._judge_update(plan, exchange)
+            outcome = outcomes[plan.client]
+            outcome.trained = update.ok
+            outcome.failed = update.status == "failed"
+            outcome.rejected = update.status == "rejected"
+            outcome.train_loss = update.loss
+            self._book(
+                outcome, replace(exchange, status=update.status, reason=update.reason)
+            )
+            if update.ok:
+                reply = exchange.reply.payload  # type: ignore[union-attr]
+                outcome.sim_s = self._duration(plan.client, exchange, reply.compute_s)
+            updates.append(update)
+        self.state = self.strategy.aggregate(self.state, round, updates)
+        await self._evaluate(active, outcomes, round)
+        for outcome in outcomes.values():
+            outcome.cluster = self.state.assignment.get(outcome.id)
+        rejections, self._rejections = self._rejections, []
+        return RoundOutcome(
+            round=round,
+            sim_duration=max((o.sim_s for o in outcomes.values()), default=0.0),
+            clients=list(outcomes.values()),
+            n_clusters=self.state.n_clusters,
+            rejections=rejections,
+        )
+
+    async def shutdown(self) -> None:
+        """Tell every client the run is over; a client that cannot hear is skipped."""
+        bye = Shutdown(reason="run finished")
+        await self._round_trip([(c, bye) for c in self.clients], -1)
+
+    def _tasks(self, plans: Sequence[TaskPlan]) -> list[TrainTask]:
+        """One task per plan; plans that send the same models share one object,
+        so the codec packs each model once per round."""
+        models: dict[tuple[int, int], ClusterModel] = {}
+        tasks: dict[tuple[Any, ...], TrainTask] = {}
+        result = []
+        for plan in plans:
+            config = plan.config or self.train_config
+            key = (id(config), *((k, id(w)) for k, w in plan.models.items()))
+            task = tasks.get(key)
+            if task is None:
+                sent = tuple(
+                    models.setdefault((k, id(w)), ClusterModel(cluster=k, weights=w))
+                    for k, w in plan.models.items()
+                )
+                task = tasks[key] = TrainTask(models=sent, config=config)
+            result.append(task)
+        return result
+
+    def _judge_update(self, plan: TaskPlan, exchange: Exchange) -> ClientUpdate:
+        first = next(iter(plan.models))
+        if exchange.status != "ok":
+            return ClientUpdate(
+                plan.client, first, exchange.status, reason=exchange.reason
+            )
+        reply = exchange.reply.payload  # type: ignore[union-attr]
+        problem = self._check_update(reply, plan)
+        if problem is not None:
+            return ClientUpdate(plan.client, first, "rejected", reason=problem)
+        cluster = ClusterId(reply.cluster)
+        return ClientUpdate(
+            client=plan.client,
+            cluster=cluster,
+            status="ok",
+            base=plan.models[cluster],
+            delta=reply.delta,
+            n_samples=reply.n_samples,
+            loss=reply.loss,
+        )
+
+    def _check_update(self, payload: Message, plan: TaskPlan) -> str | None:
+        if not isinstance(payload, UpdateReply):
+            return f"expected an update_reply, got {payload.kind!r}"
+        if payload.cluster not in plan.models:
+            return f"update for cluster {payload.cluster}, which was not sent"
+        if payload.delta.shape != (self.n_weights,):
+            return (
+                f"delta has shape {payload.delta.shape},"
+                f" the model has {self.n_weights} weights"
+            )
+        if payload.delta.dtype != np.float32:
+            return f"delta dtype {payload.delta.dtype}, expected float32"
+        return None
+
+    async def _evaluate(
+        self,
+        active: Sequence[ClientInfo],
+        outcomes: dict[ClientId, ClientOutcome],
+        round: int,
+    ) -> None:
+        tasks: dict[tuple[int, int], EvaluateTask] = {}
+        requests: list[tuple[ClientId, Message]] = []
+        for client in active:
+            cluster, weights = self.strategy.model_for(self.state, client.id)
+            key = (cluster, id(weights))
+            if key not in tasks:
+                tasks[key] = EvaluateTask(
+                    model=ClusterModel(cluster=cluster, weights=weights)
+                )
+            requests.append((client.id, tasks[key]))
+        exchanges = await self._round_trip(requests, round)
+        for client, exchange in zip(active, exchanges, strict=True):
+            outcome = outcomes[client.id]
+            reply = exchange.reply.payload if exchange.reply else None
+            if exchange.status == "ok" and not isinstance(reply, EvaluateReply):
+                problem = f"expected an evaluate_reply, got {reply.kind!r}"  # type: ignore[union-attr]
+                exchange = replace(exchange, status="rejected", reason=problem)
+            self._book(outcome, exchange)
+            if isinstance(reply, EvaluateReply) and exchange.status == "ok":
+                outcome.acc, outcome.loss = reply.accuracy, reply.loss
+
+    async def _round_trip(
+        self, requests: Sequence[tuple[ClientId, Message]], round: int
+    ) -> list[Exchange]:
+        """Send every request at once and judge every reply."""
+        envelopes = [self._envelope(p, client_address(c), round) for c, p in requests]
+        data = encode_many(envelopes)
+        return list(
+            await asyncio.gather(
+                *(
+                    self._exchange(client, envelope, raw)
+                    for (client, _), envelope, raw in zip(
+                        requests, envelopes, data, strict=True
+                    )
+                )
+            )
+        )
+
+    async def _exchange(
+        self, client: ClientId, request: Envelope, data: bytes
+    ) -> Exchange:
+        try:
+            raw = await asyncio.wait_for(
+                self.transport.request(client, data), timeout=self.task_timeout_s
+            )
+        except TimeoutError:
+            return Exchange(
+                "failed", None, f"no reply within {self.task_timeout_s} s", len(data)
+            )
+        except Exception as exc:  # the runtime's own failure types (dead actor, ...)
+            return Exchange("failed", None, f"{type(exc).__name__}: {exc}", len(data))
+        try:
+            reply = decode(raw, max_bytes=self.max_message_bytes)
+        except ProtocolError as exc:
+            return Exchange("rejected", None, str(exc), len(data), len(raw))
+        if reply.in_reply_to != request.msg_id or reply.sender != request.recipient:
+            problem = (
+                f"reply {reply.msg_id!r} from {reply.sender!r} does not answer"
+                f" {request.msg_id!r} to {request.recipient!r}"
+            )
+            return Exchange("rejected", None, problem, len(data), len(raw))
+        if isinstance(reply.payload, ErrorReply):
+            problem = f"{reply.payload.code}: {reply.payload.message}"
+            return Exchange("failed", reply, problem, len(data), len(raw))
+        return Exchange("ok", reply, None, len(data), len(raw))
+
+    def _book(self, outcome: ClientOutcome, exchange: Exchange) -> None:
+        """Count an exchange's bytes and, if it was refused, its reason."""
+        outcome.bytes_down += exchange.bytes_down
+        outcome.bytes_up += exchange.bytes_up
+        if exchange.status == "rejected":
+            self._rejections.append(f"client {outcome.id}: {exchange.reason}")
+        if exchange.status != "ok":
+            outcome.reason = exchange.reason
+
+    def _duration(self, client: ClientId, exchange: Exchange, compute: float) -> float:
+        profile = self.profiles.get(client, DeviceProfile())
+        return (
+            transfer_s(profile, exchange.bytes_down)
+            + compute
+            + transfer_s(profile, exchange.bytes_up)
+        )
+
+    def _envelope(
+        self,
+        payload: Message,
+        recipient: str,
+        round: int,
+        in_reply_to: str | None = None,
+    ) -> Envelope:
+        return Envelope(
+            msg_id=f"{SERVER_ADDRESS}:{next(self._ids)}",
+            sender=SERVER_ADDRESS,
+            recipient=recipient,
+            round=round,
+            in_reply_to=in_reply_to,
+            payload=payload,
+        )
+
+    def _encode(
+        self,
+        payload: Message,
+        recipient: str,
+        round: int,
+        in_reply_to: str | None = None,
+    ) -> bytes:
+        return encode(self._envelope(payload, recipient, round, in_reply_to))
+
+
+def build_server(
+    spec: ServerSpec, transport: Transport, profiles: Mapping[ClientId, DeviceProfile]
+) -> ParameterServer:
+    return ParameterServer(
+        strategy=make(spec.algorithm, **spec.algorithm_params),
+        initial=spec.initial,
+        train_config=spec.train_config,
+        transport=transport,
+        seed=spec.seed,
+        profiles=profiles,
+        task_timeout_s=spec.task_timeout_s,
+        max_message_bytes=spec.max_message_bytes,
+    )
