@@ -1,0 +1,26 @@
+"""The error hierarchy: one base, narrow subclasses that show the bad value."""
+
+from __future__ import annotations
+
+from clusterfed.protocol.errors import ClusterfedError, ProtocolError
+
+
+class ScenarioError(ClusterfedError):
+    """A scenario is invalid; the message names the file, the field and the fix."""
+
+
+class ConfigError(ClusterfedError, ValueError):
+    """An unknown name or a bad parameter of an algorithm, model or dataset."""
+
+
+class UpdateRejected(ClusterfedError):
+    """An update was refused before it could touch a model."""
+
+
+__all__ = [
+    "ClusterfedError",
+    "ConfigError",
+    "ProtocolError",
+    "ScenarioError",
+    "UpdateRejected",
+]

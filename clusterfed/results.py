@@ -1,0 +1,184 @@
+"""The results folder of a run: config.json, rounds.jsonl, summary.json, plots.
+
+The names written here are a contract (DESIGN §8) that scripts and users read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import time
+from collections.abc import Mapping, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clusterfed.actors import RoundOutcome
+
+from .metrics import ari, purity
+from .plots import plot_run
+
+Row = dict[str, Any]
+
+
+class RunRecorder:
+    """Writes one run's folder as the rounds come in.
+
+    Args:
+        out: the folder; created if missing, previous results in it replaced.
+        groups: ground-truth group of every client id (for ARI and purity).
+        config: the resolved run configuration for config.json.
+    """
+
+    def __init__(
+        self, out: Path, groups: Mapping[int, int], config: Mapping[str, Any]
+    ) -> None:
+        self.out = out
+        self.groups = dict(groups)
+        self.rows: list[Row] = []
+        self.sim_time = 0.0
+        self._start = time.perf_counter()
+        out.mkdir(parents=True, exist_ok=True)
+        for stale in ("rounds.jsonl", "summary.json"):
+            (out / stale).unlink(missing_ok=True)
+        _write_json(out / "config.json", {**config, "versions": versions()})
+
+    def record(self, outcome: RoundOutcome, *, events: Sequence[Any] = ()) -> Row:
+        """Append the row of one round to rounds.jsonl and return it."""
+        self.sim_time += outcome.sim_duration
+        clients = [
+            {
+                "id": c.id,
+                "group": self.groups.get(c.id),
+                "cluster": c.cluster,
+                "acc": c.acc,
+                "loss": c.loss,
+                "late": c.late,
+                "failed": c.failed,
+                "rejected": c.rejected,
+                "trained": c.trained,
+                "train_loss": c.train_loss,
+                "bytes_up": c.bytes_up,
+                "bytes_down": c.bytes_down,
+                "reason": c.reason,
+            }
+            for c in sorted(outcome.clients, key=lambda c: c.id)
+        ]
+        assigned = [
+            c for c in clients if c["cluster"] is not None and c["group"] is not None
+        ]
+        truth = [c["group"] for c in assigned]
+        found = [c["cluster"] for c in assigned]
+        row: Row = {
+            "round": outcome.round,
+            "sim_time": self.sim_time,
+            "wall_time": time.perf_counter() - self._start,
+            "n_clusters": outcome.n_clusters,
+            "ari": ari(truth, found),
+            "purity": purity(truth, found),
+            "bytes_up": outcome.bytes_up,
+            "bytes_down": outcome.bytes_down,
+            "epsilon_max": None,
+            "events": list(events),
+            "late_updates": outcome.late_updates,
+            "failed_updates": outcome.failed_updates,
+            "rejected_messages": outcome.rejected_messages,
+            "rejections": outcome.rejections,
+            "clients": clients,
+        }
+        self.rows.append(row)
+        with (self.out / "rounds.jsonl").open("a") as stream:
+            stream.write(json.dumps(row, allow_nan=False) + "\n")
+        return row
+
+    def finish(self, *, algorithm: str, scenario: str, title: str | None = None) -> Row:
+        """Write summary.json and the plots; return the summary."""
+        summary = summarize(self.rows, algorithm=algorithm, scenario=scenario)
+        summary["wall_s"] = time.perf_counter() - self._start
+        _write_json(self.out / "summary.json", summary)
+        plot_run(self.out, self.rows, title or f"{scenario} · {algorithm}")
+        return summary
+
+
+def summarize(rows: Sequence[Row], *, algorithm: str, scenario: str) -> Row:
+    """The summary of DESIGN §8 from the per-round rows."""
+    means, stds = [], []
+    for row in rows:
+        accs = mean_std(row)
+        if accs is not None:
+            means.append(accs[0])
+            stds.append(accs[1])
+    last = rows[-1] if rows else None
+    final = mean_std(last) if last else None
+    reached = [
+        r["round"] + 1 for r in rows if r["purity"] is not None and r["purity"] >= 0.9
+    ]
+    return {
+        "algorithm": algorithm,
+        "scenario": scenario,
+        "rounds": len(rows),
+        "final_mean_acc": final[0] if final else None,
+        "final_std_acc": final[1] if final else None,
+        "avg_mean_acc": float(np.mean(means)) if means else None,
+        "avg_std_acc": float(np.mean(stds)) if stds else None,
+        "ari_final": last["ari"] if last else None,
+        "purity_final": last["purity"] if last else None,
+        "rounds_to_purity90": reached[0] if reached else None,
+        "n_clusters_final": last["n_clusters"] if last else None,
+        "epsilon_max": None,
+        "late_updates": sum(r["late_updates"] for r in rows),
+        "failed_updates": sum(r["failed_updates"] for r in rows),
+        "rejected_messages": sum(r["rejected_messages"] for r in rows),
+        "bytes_up": sum(r["bytes_up"] for r in rows),
+        "bytes_down": sum(r["bytes_down"] for r in rows),
+        "wall_s": last["wall_time"] if last else 0.0,
+        "sim_s": last["sim_time"] if last else 0.0,
+    }
+
+
+def mean_std(row: Row) -> tuple[float, float] | None:
+    """Mean and standard deviation of the client accuracies of one round."""
+    accs = [c["acc"] for c in row["clients"] if c["acc"] is not None]
+    if not accs:
+        return None
+    return float(np.mean(accs)), float(np.std(accs))
+
+
+def versions() -> dict[str, str]:
+    found = {"python": platform.python_version()}
+    for dist in (
+        "clusterfed",
+        "torch",
+        "numpy",
+        "scikit-learn",
+        "pydantic",
+        "msgpack",
+        "ray",
+        "opacus",
+    ):
+        try:
+            found[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            found[dist] = "not installed"
+    return found
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    # Write then rename, so a reader never sees half a file.
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(
+        json.dumps(data, indent=2, default=_jsonable, allow_nan=False) + "\n"
+    )
+    os.replace(tmp, path)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    raise TypeError(f"cannot write {type(value).__name__} to JSON")

@@ -1,0 +1,29 @@
+"""The built-in scenarios, by name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from clusterfed.protocol import TrainConfig
+
+from .spec import DatasetSpec, DirichletPartition, ModelSpec, Scenario
+
+
+def quickstart() -> Scenario:
+    """FedAvg on the embedded digits: 20 clients with Dirichlet(0.5) label skew."""
+    return Scenario(
+        name="quickstart",
+        description=quickstart.__doc__ or "",
+        dataset=DatasetSpec(name="digits"),
+        partition=DirichletPartition(alpha=0.5),
+        test_fraction=0.2,
+        model=ModelSpec(name="mlp", hidden=[512, 128]),
+        algorithm="fedavg",
+        train=TrainConfig(lr=0.05, momentum=0.9, batch_size=16, epochs=1),
+        clients=20,
+        rounds=30,
+        seed=0,
+    )
+
+
+BUILTIN: dict[str, Callable[[], Scenario]] = {"quickstart": quickstart}

@@ -1,0 +1,120 @@
+"""Load a scenario by built-in name, TOML file or Python script; apply overrides.
+
+Every failure is a `ScenarioError` naming the source, the field and what was
+expected, raised before anything runs.
+"""
+
+from __future__ import annotations
+
+import runpy
+import tomllib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from clusterfed.errors import ClusterfedError, ScenarioError
+from clusterfed.protocol import describe
+
+from .builtin import BUILTIN
+from .spec import Scenario
+
+
+def load_scenario(source: str | Path | Scenario) -> Scenario:
+    """A scenario from a built-in name, a `.toml` file or a `.py` script.
+
+    A script defines `scenario` (a `Scenario`) or `build()` returning one.
+    """
+    if isinstance(source, Scenario):
+        return source
+    text = str(source)
+    if text in BUILTIN:
+        return BUILTIN[text]()
+    path = Path(text)
+    if path.suffix not in (".toml", ".py"):
+        known = ", ".join(sorted(BUILTIN))
+        raise ScenarioError(
+            f"{text}: not a built-in scenario ({known}) nor a .toml or .py file"
+        )
+    if not path.is_file():
+        raise ScenarioError(f"{text}: no such file")
+    if path.suffix == ".toml":
+        try:
+            data = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise ScenarioError(f"{path}: not valid TOML: {exc}") from exc
+        data.setdefault("name", path.stem)
+        return validate(data, source=str(path))
+    return _from_script(path)
+
+
+def validate(data: Mapping[str, Any], *, source: str) -> Scenario:
+    """Validate a scenario dict; errors name `source` and the field."""
+    try:
+        return Scenario.model_validate(dict(data))
+    except ValidationError as exc:
+        raise ScenarioError(f"{source}: {describe(exc)}") from exc
+    except ClusterfedError as exc:
+        raise ScenarioError(f"{source}: {exc}") from exc
+
+
+def with_overrides(
+    scenario: Scenario,
+    assignments: Iterable[str] = (),
+    **fields: Any,
+) -> Scenario:
+    """`scenario` with `key.path=value` assignments and top-level fields replaced.
+
+    Values are read as TOML values (`0.1`, `true`, `[512, 128]`, `"text"`);
+    anything that is not one is taken as a plain string. Setting `X.kind`
+    starts table X afresh, since its other keys belong to the old kind.
+    """
+    data = scenario.model_dump(mode="json", exclude_unset=False)
+    for key, value in fields.items():
+        if value is not None:
+            data[key] = value
+    for assignment in assignments:
+        key, sep, raw = assignment.partition("=")
+        if not sep or not key.strip():
+            raise ScenarioError(f"--set {assignment!r}: expected key=value")
+        _assign(data, key.strip().split("."), _parse_value(raw.strip()), assignment)
+    return validate(data, source=f"scenario {scenario.name!r} with overrides")
+
+
+def _assign(data: dict[str, Any], path: list[str], value: Any, text: str) -> None:
+    node = data
+    for part in path[:-1]:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ScenarioError(f"--set {text!r}: {part!r} is not a table")
+        node = child
+    if path[-1] == "kind" and node.get("kind") != value:
+        node.clear()
+    node[path[-1]] = value
+
+
+def _parse_value(raw: str) -> Any:
+    try:
+        return tomllib.loads(f"value = {raw}")["value"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
+def _from_script(path: Path) -> Scenario:
+    try:
+        namespace = runpy.run_path(str(path))
+    except ClusterfedError as exc:
+        raise ScenarioError(f"{path}: {exc}") from exc
+    except ValidationError as exc:
+        raise ScenarioError(f"{path}: {describe(exc)}") from exc
+    found = namespace.get("scenario")
+    if found is None and callable(namespace.get("build")):
+        found = namespace["build"]()
+    if not isinstance(found, Scenario):
+        raise ScenarioError(
+            f"{path}: define `scenario = Scenario(...)` or `def build() -> Scenario`"
+        )
+    return found
