@@ -1,0 +1,95 @@
+"""Partitioners: disjoint, complete, the promised skew, and true groups kept."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from clusterfed.data import class_table, dirichlet, holdout, iid, load_dataset, shards
+from clusterfed.errors import ConfigError
+
+LABELS = load_dataset("digits").labels
+
+
+def _check_disjoint_cover(indices: list[np.ndarray], n: int) -> None:
+    joined = np.concatenate(indices)
+    assert len(joined) == len(set(joined.tolist())) == n
+
+
+def test_digits_is_embedded_and_scaled() -> None:
+    data = load_dataset("digits")
+    assert data.input_shape == (1, 8, 8) and data.n_classes == 10 and len(data) == 1797
+    assert float(data.x.min()) == 0.0 and float(data.x.max()) == 1.0
+
+
+def test_unknown_dataset_lists_known_ones() -> None:
+    with pytest.raises(ConfigError, match="known: digits"):
+        load_dataset("imagenet")
+
+
+def test_iid_deals_everything_evenly_in_one_group() -> None:
+    part = iid(LABELS, 7, np.random.default_rng(0))
+    _check_disjoint_cover(part.indices, len(LABELS))
+    sizes = [len(i) for i in part.indices]
+    assert max(sizes) - min(sizes) <= 1 and set(part.groups) == {0}
+
+
+def test_small_alpha_dirichlet_skews_labels_more_than_large_alpha() -> None:
+    def mean_label_share(alpha: float) -> float:
+        part = dirichlet(LABELS, 10, alpha, np.random.default_rng(0))
+        _check_disjoint_cover(part.indices, len(LABELS))
+        assert min(len(i) for i in part.indices) >= 10
+        return float(
+            np.mean([np.bincount(LABELS[i]).max() / len(i) for i in part.indices])
+        )
+
+    assert mean_label_share(0.1) > mean_label_share(100.0) + 0.3
+
+
+def test_shards_give_about_k_labels_and_group_equal_label_sets() -> None:
+    part = shards(LABELS, 10, 2, np.random.default_rng(0))
+    _check_disjoint_cover(part.indices, len(LABELS))
+    for idx in part.indices:
+        assert (
+            len(np.unique(LABELS[idx])) <= 4
+        )  # 2 shards, each may straddle a boundary
+    # clients share a group exactly when their shards' majority labels agree
+    majorities = {}
+    for idx, group in zip(part.indices, part.groups, strict=True):
+        top = set(np.argsort(np.bincount(LABELS[idx], minlength=10))[-2:].tolist())
+        majorities.setdefault(group, []).append(top)
+    assert len(majorities) >= 2
+    assert all(len({frozenset(t) for t in tops}) == 1 for tops in majorities.values())
+
+
+def test_class_table_follows_the_table_and_keeps_groups() -> None:
+    table = [[1, 1, 0, 0, 0, 0, 0, 0, 0, 0], [0, 1, 1, 1, 0, 0, 0, 0, 0, 0]]
+    part = class_table(LABELS, table, [2, 3], np.random.default_rng(0))
+    assert part.groups == [0, 0, 1, 1, 1]
+    for idx, group in zip(part.indices, part.groups, strict=True):
+        allowed = {c for c, w in enumerate(table[group]) if w > 0}
+        assert set(np.unique(LABELS[idx]).tolist()) <= allowed
+    # class 1 is split half and half between the groups
+    ones = [int(np.sum(LABELS[idx] == 1)) for idx in part.indices]
+    assert abs(sum(ones[:2]) - sum(ones[2:])) <= 1
+
+
+def test_class_table_shape_is_checked() -> None:
+    with pytest.raises(ConfigError, match="10 classes"):
+        class_table(LABELS, [[1, 2, 3]], 2, np.random.default_rng(0))
+
+
+def test_holdout_keeps_a_fifth_and_the_group() -> None:
+    part = iid(LABELS, 5, np.random.default_rng(0))
+    splits = holdout(part, 0.2, np.random.default_rng(1))
+    for split, idx in zip(splits, part.indices, strict=True):
+        assert len(np.intersect1d(split.train, split.test)) == 0
+        assert len(split.train) + len(split.test) == len(idx)
+        assert abs(len(split.test) - 0.2 * len(idx)) <= 1
+        assert split.group == 0
+
+
+def test_partitions_are_reproducible_from_the_seed() -> None:
+    a = dirichlet(LABELS, 8, 0.5, np.random.default_rng(4))
+    b = dirichlet(LABELS, 8, 0.5, np.random.default_rng(4))
+    assert all(np.array_equal(x, y) for x, y in zip(a.indices, b.indices, strict=True))

@@ -1,0 +1,98 @@
+"""FedAvg against hand-computed numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+
+from clusterfed.algorithms import ClientInfo, ClientUpdate, make, weighted_mean
+from clusterfed.types import ClientId, ClusterId
+
+
+def _state(fedavg, n_clients=3):  # type: ignore[no-untyped-def]
+    state = fedavg.init_state(
+        np.array([1.0, 1.0, 1.0], dtype=np.float32), np.random.default_rng(0)
+    )
+    for i in range(n_clients):
+        state = fedavg.on_join(state, ClientInfo(ClientId(i), n_train=10))
+    return state
+
+
+def _update(
+    client: int, delta: list[float], n: int, status: str = "ok"
+) -> ClientUpdate:
+    return ClientUpdate(
+        client=ClientId(client),
+        cluster=ClusterId(0),
+        status=status,  # type: ignore[arg-type]
+        base=np.ones(3, dtype=np.float32),
+        delta=np.array(delta, dtype=np.float32),
+        n_samples=n,
+        loss=0.5,
+    )
+
+
+def test_fedavg_is_the_sample_weighted_mean_of_deltas() -> None:
+    fedavg = make("fedavg")
+    state = _state(fedavg)
+    updates = [
+        _update(0, [1.0, 0.0, -2.0], n=10),
+        _update(1, [0.0, 3.0, 2.0], n=30),
+        _update(2, [4.0, 4.0, 4.0], n=60),
+    ]
+    # by hand: (10·[1,0,-2] + 30·[0,3,2] + 60·[4,4,4]) / 100 = [2.5, 3.3, 2.8]
+    new = fedavg.aggregate(state, 0, updates)
+    assert_allclose(new.models[0], [1 + 2.5, 1 + 3.3, 1 + 2.8], rtol=1e-6)
+    assert new.models[0].dtype == np.float32
+
+
+def test_failed_late_and_rejected_updates_do_not_count() -> None:
+    fedavg = make("fedavg")
+    state = _state(fedavg)
+    updates = [
+        _update(0, [1.0, 1.0, 1.0], n=10),
+        _update(1, [100.0, 100.0, 100.0], n=10, status="late"),
+        ClientUpdate(ClientId(2), ClusterId(0), "failed", reason="crashed"),
+    ]
+    assert_allclose(fedavg.aggregate(state, 0, updates).models[0], [2.0, 2.0, 2.0])
+
+
+def test_a_round_with_no_usable_update_keeps_the_model() -> None:
+    fedavg = make("fedavg")
+    state = _state(fedavg)
+    new = fedavg.aggregate(
+        state, 0, [ClientUpdate(ClientId(0), ClusterId(0), "failed")]
+    )
+    assert_allclose(new.models[0], state.models[0])
+
+
+def test_fraction_samples_a_seeded_subset() -> None:
+    fedavg = make("fedavg", fraction=0.5)
+    clients = [ClientInfo(ClientId(i), 10) for i in range(10)]
+    picks = [
+        [p.client for p in fedavg.plan_round(_state(fedavg, 10), 0, clients)]
+        for _ in range(2)
+    ]
+    assert len(picks[0]) == 5
+    assert picks[0] == picks[1]
+
+
+def test_weighted_mean_refuses_zero_total_weight() -> None:
+    with pytest.raises(ValueError, match="positive total weight"):
+        weighted_mean([np.ones(2)], [0])
+
+
+@pytest.mark.parametrize(
+    "params", [{"fraction": 0.0}, {"fraction": 1.5}, {"server_lr": -1}]
+)
+def test_bad_hyperparameters_name_the_value(params: dict) -> None:
+    with pytest.raises(ValueError, match=str(next(iter(params.values())))):
+        make("fedavg", **params)
+
+
+def test_unknown_names_list_what_is_known() -> None:
+    with pytest.raises(ValueError, match="known: .*fedavg"):
+        make("fedavgg")
+    with pytest.raises(ValueError, match="fraction"):
+        make("fedavg", fractoin=0.5)

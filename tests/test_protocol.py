@@ -1,0 +1,256 @@
+"""The wire protocol: round trips, exact tensors, and refusal of bad input."""
+
+from __future__ import annotations
+
+import msgpack
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clusterfed.protocol import (
+    MESSAGE_KINDS,
+    PROTOCOL_VERSION,
+    ClusterModel,
+    Envelope,
+    ErrorReply,
+    EvaluateReply,
+    EvaluateTask,
+    JoinRequest,
+    ProtocolError,
+    Shutdown,
+    TrainConfig,
+    TrainTask,
+    UpdateReply,
+    Welcome,
+    decode,
+    encode,
+    encode_many,
+)
+from clusterfed.protocol.tensor import TENSOR_EXT, pack_tensor, unpack_tensor
+
+WEIGHTS = np.linspace(-1, 1, 7, dtype=np.float32)
+
+PAYLOADS = [
+    JoinRequest(client_id=3, n_train=40, n_test=10),
+    Welcome(client_id=3, cluster=0),
+    TrainTask(
+        models=(
+            ClusterModel(cluster=0, weights=WEIGHTS),
+            ClusterModel(cluster=1, weights=-WEIGHTS),
+        ),
+        config=TrainConfig(lr=0.1, mu=0.01),
+    ),
+    UpdateReply(cluster=1, delta=WEIGHTS * 0.5, n_samples=40, loss=0.7, compute_s=0.2),
+    EvaluateTask(model=ClusterModel(cluster=0, weights=WEIGHTS)),
+    EvaluateReply(cluster=0, accuracy=0.9, loss=0.3, n_samples=10),
+    ErrorReply(code="refused", message="no"),
+    Shutdown(reason="done"),
+]
+
+
+def envelope(payload, **changes) -> Envelope:  # type: ignore[no-untyped-def]
+    fields = dict(
+        msg_id="server:1",
+        sender="server",
+        recipient="client/3",
+        round=2,
+        payload=payload,
+    )
+    fields.update(changes)
+    return Envelope(**fields)
+
+
+def raw_update(**changes) -> dict:  # type: ignore[no-untyped-def]
+    """A valid update envelope as a plain dict, to be mutated and packed by hand."""
+    data = envelope(PAYLOADS[3]).model_dump(mode="python")
+    data.update({k: v for k, v in changes.items() if k != "payload"})
+    data["payload"].update(changes.get("payload", {}))
+    return data
+
+
+def pack(data: dict) -> bytes:
+    def default(obj):  # type: ignore[no-untyped-def]
+        return msgpack.ExtType(TENSOR_EXT, pack_tensor(obj))
+
+    return msgpack.packb(data, default=default, use_bin_type=True)
+
+
+def test_every_message_kind_is_covered() -> None:
+    assert sorted(p.kind for p in PAYLOADS) == sorted(MESSAGE_KINDS)
+
+
+@pytest.mark.parametrize("payload", PAYLOADS, ids=lambda p: p.kind)
+def test_every_message_kind_round_trips(payload) -> None:  # type: ignore[no-untyped-def]
+    original = envelope(payload)
+    decoded = decode(encode(original))
+    assert decoded.model_dump(exclude={"payload"}) == original.model_dump(
+        exclude={"payload"}
+    )
+    assert type(decoded.payload) is type(payload)
+    assert repr(decoded) == repr(original)
+
+
+@pytest.mark.parametrize(
+    "array",
+    [
+        np.arange(12, dtype=np.float32).reshape(3, 4),
+        np.array([1e-38, -0.0, 3.4e38], dtype=np.float32),
+        np.arange(5, dtype=np.float64),
+        np.array([[1, -2]], dtype=np.int64),
+        np.zeros((0, 3), dtype=np.float16),
+        np.array(7, dtype=np.uint8),
+        np.array([True, False]),
+        np.arange(6, dtype=">f4"),  # big-endian input travels as little-endian
+    ],
+)
+def test_tensors_keep_dtype_shape_and_bytes(array: np.ndarray) -> None:
+    back = unpack_tensor(pack_tensor(array))
+    assert back.shape == array.shape
+    assert back.dtype == array.dtype.newbyteorder("<")
+    assert back.astype(array.dtype).tobytes() == array.tobytes()
+
+
+def test_update_delta_comes_back_bit_for_bit() -> None:
+    delta = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
+    reply = UpdateReply(cluster=0, delta=delta, n_samples=1, loss=0.0, compute_s=0.0)
+    back = decode(encode(envelope(reply))).payload
+    assert back.delta.dtype == np.float32
+    assert back.delta.tobytes() == delta.tobytes()
+
+
+def test_encode_many_matches_encode_and_packs_a_shared_payload_once() -> None:
+    shared = PAYLOADS[2]
+    envelopes = [
+        envelope(shared, recipient=f"client/{i}", msg_id=f"server:{i}")
+        for i in range(4)
+    ]
+    assert encode_many(envelopes) == [encode(e) for e in envelopes]
+
+
+@pytest.mark.parametrize(
+    ("data", "named"),
+    [
+        (encode(envelope(PAYLOADS[3]))[:-9], "truncated"),
+        (pack(raw_update(payload={"kind": "gossip"})), "gossip"),
+        (pack(raw_update(protocol_version=PROTOCOL_VERSION + 1)), "protocol_version"),
+        (pack(raw_update(payload={"sneaky": 1})), "sneaky"),
+        (pack(raw_update(surprise=True)), "surprise"),
+        (pack({**raw_update(), "round": "three"}), "round"),
+        (
+            pack(raw_update(payload={"delta": np.array([1, 2], dtype=np.int64)})),
+            "floating",
+        ),
+        (
+            pack(raw_update(payload={"delta": np.ones((2, 2), dtype=np.float32)})),
+            "flat",
+        ),
+        (
+            pack(
+                raw_update(payload={"delta": np.array([1.0, np.nan], dtype=np.float32)})
+            ),
+            "NaN",
+        ),
+        (
+            pack(raw_update(payload={"delta": np.array([np.inf], dtype=np.float32)})),
+            "Inf",
+        ),
+        (pack(raw_update(payload={"loss": float("nan")})), "loss"),
+        (pack(raw_update(payload={"n_samples": -1})), "n_samples"),
+        (msgpack.packb([1, 2, 3]), "map"),
+        (b"", "truncated"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_malformed_input_raises_protocol_error_naming_the_problem(
+    data: bytes, named: str
+) -> None:
+    with pytest.raises(ProtocolError, match=named):
+        decode(data)
+
+
+def test_bad_dtype_code_is_named() -> None:
+    payload = bytearray(pack_tensor(WEIGHTS))
+    payload[0] = 99
+    data = pack(
+        raw_update(payload={"delta": msgpack.ExtType(TENSOR_EXT, bytes(payload))})
+    )
+    with pytest.raises(ProtocolError, match="dtype code 99"):
+        decode(data)
+
+
+def test_shape_and_bytes_mismatch_is_named() -> None:
+    payload = pack_tensor(WEIGHTS)[:-4]  # one float32 short
+    data = pack(raw_update(payload={"delta": msgpack.ExtType(TENSOR_EXT, payload)}))
+    with pytest.raises(
+        ProtocolError, match=r"shape \(7,\) of float32 needs 28 bytes, 24 were sent"
+    ):
+        decode(data)
+
+
+def test_unknown_extension_type_is_named() -> None:
+    data = pack(raw_update(payload={"delta": msgpack.ExtType(42, b"x")}))
+    with pytest.raises(ProtocolError, match="extension type 42"):
+        decode(data)
+
+
+def test_payload_over_the_size_limit_is_refused_before_parsing() -> None:
+    data = encode(envelope(PAYLOADS[3]))
+    with pytest.raises(ProtocolError, match="over the limit"):
+        decode(data, max_bytes=len(data) - 1)
+    assert decode(data, max_bytes=len(data)).payload.kind == "update_reply"
+
+
+def test_objects_that_are_not_bytes_are_refused() -> None:
+    with pytest.raises(ProtocolError, match="expected bytes"):
+        decode("text")  # type: ignore[arg-type]
+
+
+def test_messages_are_frozen_and_forbid_extra_fields() -> None:
+    with pytest.raises(Exception, match="frozen"):
+        PAYLOADS[0].n_train = 5  # type: ignore[misc]
+    with pytest.raises(Exception, match="Extra inputs"):
+        JoinRequest(client_id=1, n_train=1, n_test=1, samples=[1, 2])  # type: ignore[call-arg]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=400))
+def test_random_bytes_only_ever_raise_protocol_error(data: bytes) -> None:
+    try:
+        result = decode(data)
+    except ProtocolError:
+        return
+    assert isinstance(result, Envelope)
+
+
+VALID = [encode(envelope(p)) for p in PAYLOADS]
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    which=st.integers(0, len(VALID) - 1),
+    edits=st.lists(
+        st.tuples(
+            st.sampled_from(["flip", "cut", "insert"]),
+            st.integers(0, 10**6),
+            st.integers(0, 255),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+)
+def test_mutated_valid_messages_only_ever_raise_protocol_error(which, edits) -> None:  # type: ignore[no-untyped-def]
+    data = bytearray(VALID[which])
+    for op, position, value in edits:
+        at = position % (len(data) + 1)
+        if op == "flip" and data:
+            data[at % len(data)] ^= value or 1
+        elif op == "cut":
+            del data[at:]
+        else:
+            data[at:at] = bytes([value])
+    try:
+        result = decode(bytes(data))
+    except ProtocolError:
+        return
+    assert isinstance(result, Envelope)

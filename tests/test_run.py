@@ -1,0 +1,112 @@
+"""Whole runs through the public API: results contract, accuracy, determinism."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+import clusterfed
+from helpers import read_rounds, small_scenario
+
+# The results contract of DESIGN §8, restated here: users' clones have no ../shared.
+ROUND_KEYS = {
+    "round",
+    "sim_time",
+    "wall_time",
+    "n_clusters",
+    "ari",
+    "purity",
+    "bytes_up",
+    "bytes_down",
+    "epsilon_max",
+    "events",
+    "clients",
+}
+CLIENT_KEYS = {"id", "group", "cluster", "acc", "loss", "late", "failed"}
+SUMMARY_KEYS = set(
+    [
+        "algorithm",
+        "scenario",
+        "rounds",
+        "final_mean_acc",
+        "final_std_acc",
+        "avg_mean_acc",
+        "avg_std_acc",
+        "ari_final",
+        "purity_final",
+        "rounds_to_purity90",
+        "n_clusters_final",
+        "epsilon_max",
+        "late_updates",
+        "failed_updates",
+        "rejected_messages",
+        "wall_s",
+        "sim_s",
+    ]
+)
+
+
+def assert_results_contract(out: Path) -> None:
+    json.loads((out / "config.json").read_text())
+    rows = read_rounds(out)
+    assert rows and [r["round"] for r in rows] == sorted({r["round"] for r in rows})
+    for row in rows:
+        assert row.keys() >= ROUND_KEYS
+        assert isinstance(row["events"], list)
+        for client in row["clients"]:
+            assert client.keys() >= CLIENT_KEYS
+            assert client["acc"] is None or 0.0 <= client["acc"] <= 1.0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary.keys() >= SUMMARY_KEYS
+    for key in ("final_mean_acc", "final_std_acc", "avg_mean_acc", "avg_std_acc"):
+        assert math.isfinite(summary[key])
+    assert {"accuracy.png", "clusters.png", "clustering.png"} <= {
+        p.name for p in out.iterdir()
+    }
+
+
+def test_quickstart_reaches_the_accuracy_of_a_plain_loop(tmp_path: Path) -> None:
+    result = clusterfed.run("quickstart", out=tmp_path)
+    assert_results_contract(tmp_path)
+    summary = result.summary
+    assert summary["rounds"] == 30 and summary["n_clusters_final"] == 1
+    assert summary["final_mean_acc"] >= 0.85
+    assert summary["rejected_messages"] == summary["failed_updates"] == 0
+    assert summary["bytes_up"] > 0 and summary["sim_s"] > 0
+
+
+def _accuracies(out: Path) -> list[list[float]]:
+    return [[c["acc"] for c in row["clients"]] for row in read_rounds(out)]
+
+
+def test_same_seed_writes_identical_per_client_accuracies(tmp_path: Path) -> None:
+    scenario = small_scenario(rounds=4)
+    clusterfed.run(scenario, out=tmp_path / "a")
+    clusterfed.run(scenario, out=tmp_path / "b")
+    clusterfed.run(scenario, out=tmp_path / "inline", workers=1)
+    assert _accuracies(tmp_path / "a") == _accuracies(tmp_path / "b")
+    assert _accuracies(tmp_path / "a") == _accuracies(tmp_path / "inline")
+
+
+def test_another_seed_gives_other_results(tmp_path: Path) -> None:
+    clusterfed.run(small_scenario(), out=tmp_path / "a")
+    clusterfed.run(small_scenario(), out=tmp_path / "b", seed=1)
+    assert _accuracies(tmp_path / "a") != _accuracies(tmp_path / "b")
+
+
+def test_rows_account_for_bytes_and_simulated_time(tmp_path: Path) -> None:
+    result = clusterfed.run(small_scenario(), out=tmp_path)
+    rows = result.rows
+    assert all(r["bytes_down"] > r["bytes_up"] > 0 for r in rows)
+    assert all(r["bytes_up"] == sum(c["bytes_up"] for c in r["clients"]) for r in rows)
+    times = [r["sim_time"] for r in rows]
+    assert times == sorted(times) and times[0] > 0
+
+
+def test_an_unknown_runtime_is_refused_before_running(tmp_path: Path) -> None:
+    with pytest.raises(clusterfed.errors.ConfigError, match="known: local"):
+        clusterfed.run(small_scenario(), out=tmp_path, runtime="cloud")
+    assert not (tmp_path / "rounds.jsonl").exists()

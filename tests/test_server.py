@@ -1,0 +1,155 @@
+"""The parameter server through real client actors: refusals and their books."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import msgpack
+import numpy as np
+import pytest
+
+from clusterfed.actors import Client, ParameterServer, build_server
+from clusterfed.protocol import ErrorReply, Welcome, decode, encode
+from clusterfed.protocol.messages import Envelope, UpdateReply
+from clusterfed.scenarios import plan_run
+from clusterfed.types import ClientId
+from helpers import small_scenario
+
+Tamper = Callable[[ClientId, bytes, bytes], bytes]
+
+
+class TamperingTransport:
+    """In-process clients; `tamper(client, request, reply)` may rewrite a reply
+    or raise to make the exchange fail."""
+
+    def __init__(
+        self, clients: dict[ClientId, Client], tamper: Tamper | None = None
+    ) -> None:
+        self.clients = clients
+        self.tamper = tamper
+
+    async def request(self, client: ClientId, data: bytes) -> bytes:
+        reply = await self.clients[client].handle(data)
+        return self.tamper(client, data, reply) if self.tamper else reply
+
+
+def run_rounds(
+    rounds: int, tamper: Tamper | None = None, between: Callable | None = None
+):  # type: ignore[no-untyped-def]
+    async def go() -> tuple[ParameterServer, list]:
+        plan = plan_run(small_scenario(rounds=rounds))
+        clients = {ClientId(s.id): Client(s) for s in plan.clients}
+        server = build_server(plan.server, TamperingTransport(clients, tamper), {})
+        for client in clients.values():
+            assert isinstance(
+                decode(await server.handle(client.join_request())).payload, Welcome
+            )
+        outcomes = []
+        for r in range(rounds):
+            if between:
+                await between(server, r)
+            outcomes.append(await server.run_round(r))
+        return server, outcomes
+
+    return asyncio.run(go())
+
+
+def in_round(
+    client: int, round: int, rewrite: Callable[[Envelope, bytes], bytes]
+) -> Tamper:
+    def tamper(cid: ClientId, request: bytes, reply: bytes) -> bytes:
+        env = decode(reply)
+        if (
+            cid == client
+            and env.round == round
+            and isinstance(env.payload, UpdateReply)
+        ):
+            return rewrite(env, reply)
+        return reply
+
+    return tamper
+
+
+def fail(env: Envelope, reply: bytes) -> bytes:
+    raise ConnectionError("client vanished")
+
+
+def with_delta(delta: np.ndarray) -> Callable[[Envelope, bytes], bytes]:
+    def rewrite(env: Envelope, reply: bytes) -> bytes:
+        raw = msgpack.unpackb(
+            reply, raw=False, ext_hook=lambda c, d: msgpack.ExtType(c, d)
+        )
+        from clusterfed.protocol.tensor import TENSOR_EXT, pack_tensor
+
+        raw["payload"]["delta"] = msgpack.ExtType(TENSOR_EXT, pack_tensor(delta))
+        return msgpack.packb(raw, use_bin_type=True)
+
+    return rewrite
+
+
+BAD_REPLIES = {
+    "garbage bytes": (lambda env, reply: b"\xc1\x00garbage", "malformed"),
+    "truncated": (lambda env, reply: reply[: len(reply) // 2], "truncated"),
+    "NaN in the delta": (with_delta(np.full(5, np.nan, dtype=np.float32)), "NaN"),
+    "wrong shape": (with_delta(np.zeros(5, dtype=np.float32)), "shape"),
+    "wrong kind": (
+        lambda env, reply: encode(
+            env.model_copy(update={"payload": Welcome(client_id=2)})
+        ),
+        "expected an update_reply",
+    ),
+    "reply to another request": (
+        lambda env, reply: encode(
+            env.model_copy(update={"in_reply_to": "server:9999"})
+        ),
+        "does not answer",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_REPLIES))
+def test_a_bad_reply_is_refused_counted_and_leaves_the_models_as_without_it(
+    case: str,
+) -> None:
+    rewrite, reason = BAD_REPLIES[case]
+    server, outcomes = run_rounds(3, in_round(2, 1, rewrite))
+    reference, ref_outcomes = run_rounds(3, in_round(2, 1, fail))
+    assert [o.rejected_messages for o in outcomes] == [0, 1, 0]
+    assert (
+        reason in outcomes[1].rejections[0] and "client 2" in outcomes[1].rejections[0]
+    )
+    row = {c.id: c for c in outcomes[1].clients}[ClientId(2)]
+    assert row.rejected and not row.trained and not row.failed
+    assert ref_outcomes[1].failed_updates == 1
+    for cluster, model in reference.state.models.items():
+        np.testing.assert_array_equal(server.state.models[cluster], model)
+
+
+def test_unsolicited_garbage_to_the_server_is_refused_and_counted() -> None:
+    async def inject(server: ParameterServer, round: int) -> None:
+        if round == 1:
+            reply = decode(await server.handle(b"\x00\xffnot a message"))
+            assert (
+                isinstance(reply.payload, ErrorReply)
+                and reply.payload.code == "bad_message"
+            )
+
+    server, outcomes = run_rounds(3, between=inject)
+    clean, _ = run_rounds(3)
+    assert [o.rejected_messages for o in outcomes] == [0, 1, 0]
+    assert "inbound" in outcomes[1].rejections[0]
+    np.testing.assert_array_equal(server.state.models[0], clean.state.models[0])
+
+
+def test_a_failed_client_is_recorded_and_the_round_goes_on() -> None:
+    _, outcomes = run_rounds(2, in_round(4, 0, fail))
+    row = {c.id: c for c in outcomes[0].clients}[ClientId(4)]
+    assert row.failed and "vanished" in (row.reason or "")
+    assert outcomes[0].failed_updates == 1 and outcomes[1].failed_updates == 0
+
+
+def test_a_client_answers_a_malformed_request_with_an_error_reply() -> None:
+    plan = plan_run(small_scenario())
+    reply = decode(asyncio.run(Client(plan.clients[0]).handle(b"junk")))
+    assert isinstance(reply.payload, ErrorReply) and reply.payload.code == "bad_message"
