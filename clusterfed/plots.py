@@ -28,7 +28,7 @@ def plot_run(out: Path, rows: Sequence[Row], title: str) -> list[Path]:
 
 def _accuracy(path: Path, rows: Sequence[Row], title: str) -> Path:
     """Per-client accuracy in grey, the mean in black (DCFL Fig. 4)."""
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
     ids = sorted({c["id"] for r in rows for c in r["clients"]})
     rounds = [r["round"] for r in rows]
     for cid in ids:
@@ -50,7 +50,7 @@ def _clusters(path: Path, rows: Sequence[Row], title: str) -> Path:
         for c in row["clients"]:
             if c["cluster"] is not None:
                 grid[index[c["id"]], j] = c["cluster"]
-    fig, ax = plt.subplots(figsize=(7, max(2.5, len(ids) * 0.12)))
+    fig, ax = plt.subplots(figsize=(7, max(2.5, len(ids) * 0.12)), layout="constrained")
     image = ax.imshow(grid, aspect="auto", interpolation="nearest", cmap="tab20")
     ax.set(xlabel="round", ylabel="client", title=f"{title}: cluster assignment")
     fig.colorbar(image, ax=ax, label="cluster")
@@ -58,7 +58,7 @@ def _clusters(path: Path, rows: Sequence[Row], title: str) -> Path:
 
 
 def _clustering(path: Path, rows: Sequence[Row], title: str) -> Path:
-    fig, ax = plt.subplots(figsize=(7, 3.5))
+    fig, ax = plt.subplots(figsize=(7, 3.5), layout="constrained")
     rounds = [r["round"] for r in rows]
     for key in ("purity", "ari"):
         ax.plot(rounds, [np.nan if r[key] is None else r[key] for r in rows], label=key)
@@ -79,7 +79,6 @@ def _accs(row: Row) -> list[float]:
 
 
 def _save(fig: Any, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
