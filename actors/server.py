@@ -236,18 +236,23 @@ class ParameterServer:
         """One task per plan; plans that send the same models share one object,
         so the codec packs each model once per round."""
         models: dict[tuple[int, int], ClusterModel] = {}
+        configs: dict[tuple[Any, ...], TrainConfig] = {(): self.train_config}
         tasks: dict[tuple[Any, ...], TrainTask] = {}
         result = []
         for plan in plans:
-            config = plan.config or self.train_config
-            key = (id(config), *((k, id(w)) for k, w in plan.models.items()))
+            changes = tuple(sorted(plan.overrides.items()))
+            if changes not in configs:
+                configs[changes] = TrainConfig.model_validate(
+                    {**self.train_config.model_dump(), **plan.overrides}
+                )
+            key = (changes, *((k, id(w)) for k, w in plan.models.items()))
             task = tasks.get(key)
             if task is None:
                 sent = tuple(
                     models.setdefault((k, id(w)), ClusterModel(cluster=k, weights=w))
                     for k, w in plan.models.items()
                 )
-                task = tasks[key] = TrainTask(models=sent, config=config)
+                task = tasks[key] = TrainTask(models=sent, config=configs[changes])
             result.append(task)
         return result
 

@@ -33,15 +33,17 @@ class ClientInfo:
 
 @dataclass(frozen=True)
 class TaskPlan:
-    """One client's task this round: the model(s) it receives, its config.
+    """One client's task this round: the model(s) it receives, its settings.
 
     `models` maps cluster ids to flat weight vectors; a client trains the only
     one, or chooses among several when its policy does (IFCA-like).
+    `overrides` replaces fields of the run's `TrainConfig` for this task only,
+    e.g. `{"epochs": 5}` for a longer first round.
     """
 
     client: ClientId
     models: Mapping[ClusterId, np.ndarray]
-    config: TrainConfig | None = None
+    overrides: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -153,3 +153,22 @@ def test_a_client_answers_a_malformed_request_with_an_error_reply() -> None:
     plan = plan_run(small_scenario())
     reply = decode(asyncio.run(Client(plan.clients[0]).handle(b"junk")))
     assert isinstance(reply.payload, ErrorReply) and reply.payload.code == "bad_message"
+
+
+def test_task_overrides_change_one_task_only() -> None:
+    from clusterfed.algorithms import TaskPlan
+    from clusterfed.protocol import TrainTask
+
+    plan = plan_run(small_scenario())
+    server = build_server(plan.server, TamperingTransport({}), {})
+    weights = plan.server.initial
+    tasks = server._tasks(
+        [
+            TaskPlan(ClientId(0), {0: weights}, {"epochs": 3}),
+            TaskPlan(ClientId(1), {0: weights}),
+            TaskPlan(ClientId(2), {0: weights}, {"epochs": 3}),
+        ]
+    )
+    assert all(isinstance(t, TrainTask) for t in tasks)
+    assert [t.config.epochs for t in tasks] == [3, 1, 3]
+    assert tasks[0] is tasks[2] and tasks[0].config.lr == tasks[1].config.lr
