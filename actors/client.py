@@ -17,6 +17,7 @@ from clusterfed.protocol import (
     EvaluateReply,
     EvaluateTask,
     JoinRequest,
+    LeaveNotice,
     Message,
     ProtocolError,
     Shutdown,
@@ -74,6 +75,14 @@ class Client:
             )
         )
 
+    def leave_notice(self, reason: str = "") -> bytes:
+        notice = LeaveNotice(client_id=self.id, reason=reason)
+        return encode(
+            self._envelope(
+                notice, msg_id=f"{self.address}:leave", recipient="server", round=-1
+            )
+        )
+
     async def handle(self, data: bytes) -> bytes:
         """Serve one request; bad input becomes an error reply, never an exception."""
         try:
@@ -116,7 +125,9 @@ class Client:
                     delta=result.delta,
                     n_samples=result.n_samples,
                     loss=result.loss,
-                    compute_s=compute_s(self.spec.profile, result.samples_seen),
+                    compute_s=compute_s(
+                        self.spec.profile, result.samples_seen, self.spec.slowdown
+                    ),
                 )
             case EvaluateTask(model=model):
                 scores = await self.offload(work.evaluate, self.spec, model.weights)

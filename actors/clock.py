@@ -1,12 +1,20 @@
-"""Simulated time: device profiles and what a task costs on them.
+"""Simulated time: device profiles, what a task costs on them, and when a round ends.
 
-A task's simulated duration is its compute time on the client's device plus
-the transfer time of the bytes it moved, so a slow client costs no real time.
+A task's simulated duration is its download, its compute time on the client's
+device (times any straggler slowdown) and its upload, so a 30 s straggler costs
+no real 30 s. A deadline policy decides when the server stops waiting: replies
+that arrive after that are late.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+from typing import Annotated, Literal
+
 from pydantic import BaseModel, ConfigDict, Field
+
+from clusterfed.types import ClientId
 
 
 class DeviceProfile(BaseModel):
@@ -17,6 +25,9 @@ class DeviceProfile(BaseModel):
     samples_per_s: float = Field(500.0, gt=0, description="training throughput")
     bandwidth_bps: float = Field(1.25e6, gt=0, description="bytes per second")
     latency_s: float = Field(0.05, ge=0, description="per message, one way")
+    availability: float = Field(
+        1.0, gt=0, le=1, description="chance of being reachable in a round"
+    )
 
 
 def transfer_s(profile: DeviceProfile, n_bytes: int) -> float:
@@ -29,3 +40,58 @@ def compute_s(
 ) -> float:
     """Simulated seconds to process `samples_seen` training samples."""
     return samples_seen / profile.samples_per_s * slowdown
+
+
+class _Policy(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WaitAll(_Policy):
+    """The round ends when every reply that will come has come."""
+
+    policy: Literal["wait_all"] = "wait_all"
+
+
+class Fraction(_Policy):
+    """The round ends when a share `fraction` of the planned clients replied."""
+
+    policy: Literal["fraction"] = "fraction"
+    fraction: float = Field(gt=0, le=1)
+
+
+class Deadline(_Policy):
+    """The round ends `seconds` after it started, or earlier if all replied."""
+
+    policy: Literal["deadline"] = "deadline"
+    seconds: float = Field(gt=0)
+
+
+DeadlinePolicy = Annotated[WaitAll | Fraction | Deadline, Field(discriminator="policy")]
+
+
+def close_round(
+    durations: Mapping[ClientId, float | None], policy: WaitAll | Fraction | Deadline
+) -> tuple[float, set[ClientId]]:
+    """The round's simulated length and the clients whose replies came too late.
+
+    Args:
+        durations: each planned client's reply time; None for a reply that
+            never comes (the client failed).
+        policy: when the server stops waiting.
+    """
+    arrived = sorted((d, c) for c, d in durations.items() if d is not None)
+    slowest = arrived[-1][0] if arrived else 0.0
+    match policy:
+        case WaitAll():
+            return slowest, set()
+        case Fraction(fraction=fraction):
+            needed = math.ceil(fraction * len(durations))
+            if len(arrived) < needed:
+                return slowest, set()
+            cutoff = arrived[needed - 1][0]
+            return cutoff, {c for d, c in arrived if d > cutoff}
+        case Deadline(seconds=seconds):
+            late = {c for d, c in arrived if d > seconds}
+            missing = len(arrived) < len(durations)
+            return (seconds if late or missing else slowest), late
+    raise TypeError(f"unknown deadline policy {policy!r}")

@@ -10,17 +10,21 @@ GIL. Results are the same either way: a task carries all it needs.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
-from clusterfed.protocol import Welcome, decode
+from clusterfed.protocol import Shutdown, Welcome, decode
 from clusterfed.types import ClientId
 
 from .client import Client
 from .process_hosts import ProcessHosts
 from .server import ParameterServer, RoundOutcome, build_server
 from .spec import ClientSpec, ServerSpec
+
+
+class ClientUnreachable(ConnectionError):
+    """A client that crashed or dropped out does not answer."""
 
 
 class LocalRuntime:
@@ -37,6 +41,7 @@ class LocalRuntime:
         self.workers = workers or os.cpu_count() or 1
         self.server: ParameterServer | None = None
         self.clients: dict[ClientId, Client] = {}
+        self.unreachable: dict[ClientId, str] = {}
         self._hosts: ProcessHosts | None = None
         self._torch_threads = torch.get_num_threads()
 
@@ -50,35 +55,65 @@ class LocalRuntime:
         await self.add_clients(clients)
 
     async def add_clients(self, specs: Sequence[ClientSpec]) -> None:
-        assert self.server is not None, "start() first"
-        if self._hosts is not None:
-            self._hosts.add(specs)
+        """Host new clients; each sends its join request to the server."""
+        server = self._server()
         for spec in specs:
-            client = Client(spec)
-            self.clients[ClientId(spec.id)] = client
-            self.server.profiles[ClientId(spec.id)] = spec.profile
-            reply = decode(await self.server.handle(client.join_request())).payload
+            client = self._host(spec)
+            reply = decode(await server.handle(client.join_request())).payload
             if not isinstance(reply, Welcome):
                 raise RuntimeError(f"client {spec.id} could not join: {reply}")
 
+    async def remove_client(self, client: int, reason: str) -> None:
+        """The client announces it leaves, then stops being hosted."""
+        leaving = self.clients.pop(ClientId(client))
+        reply = decode(
+            await self._server().handle(leaving.leave_notice(reason))
+        ).payload
+        if not isinstance(reply, Shutdown):
+            raise RuntimeError(f"client {client} could not leave: {reply}")
+        self.unreachable.pop(ClientId(client), None)
+
+    async def update_client(self, spec: ClientSpec) -> None:
+        """Replace a client's spec (a drift, a straggler, a new link)."""
+        self._host(spec)
+
+    def set_unreachable(self, clients: Mapping[int, str]) -> None:
+        """Who does not answer this round (crashed, dropped out), and why."""
+        self.unreachable = {ClientId(c): reason for c, reason in clients.items()}
+
     async def request(self, client: ClientId, data: bytes) -> bytes:
-        if self._hosts is not None:
-            return await self._hosts.request(client, data)
+        if client in self.unreachable:
+            raise ClientUnreachable(self.unreachable[client])
         target = self.clients.get(client)
         if target is None:
             raise LookupError(f"no client {client} in this runtime")
+        if self._hosts is not None:
+            return await self._hosts.request(client, data)
         return await target.handle(data)
 
     async def run_round(self, round: int) -> RoundOutcome:
-        assert self.server is not None, "start() first"
-        return await self.server.run_round(round)
+        return await self._server().run_round(round)
 
     async def close(self) -> None:
         try:
             if self.server is not None:
+                self.unreachable = {}
                 await self.server.shutdown()
         finally:
             if self._hosts is not None:
                 await self._hosts.close()
                 self._hosts = None
             torch.set_num_threads(self._torch_threads)
+
+    def _host(self, spec: ClientSpec) -> Client:
+        client = Client(spec)
+        self.clients[ClientId(spec.id)] = client
+        self._server().profiles[ClientId(spec.id)] = spec.profile
+        if self._hosts is not None:
+            self._hosts.add([spec])
+        return client
+
+    def _server(self) -> ParameterServer:
+        if self.server is None:
+            raise RuntimeError("start() the runtime first")
+        return self.server

@@ -25,6 +25,7 @@ from clusterfed.protocol import (
     EvaluateReply,
     EvaluateTask,
     JoinRequest,
+    LeaveNotice,
     Message,
     ProtocolError,
     Shutdown,
@@ -40,14 +41,14 @@ from clusterfed.seeding import numpy_rng
 from clusterfed.types import ClientId, ClusterId
 
 from .client import client_address
-from .clock import DeviceProfile, transfer_s
+from .clock import DeadlinePolicy, DeviceProfile, WaitAll, close_round, transfer_s
 from .spec import ServerSpec
 from .transport import Transport
 
 SERVER_ADDRESS = "server"
 STRATEGY_STREAM = 1  # key of the strategy's random stream under the scenario seed
 
-Status = Literal["ok", "failed", "rejected"]
+Status = Literal["ok", "late", "failed", "rejected"]
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,7 @@ class ParameterServer:
         transport: delivers requests to clients.
         seed: the scenario seed; the strategy's random stream derives from it.
         profiles: simulated devices by client (default profile otherwise).
+        deadline: when a round stops waiting for replies (simulated time).
         task_timeout_s: wall-clock limit on one request; None waits forever.
         max_message_bytes: replies larger than this are refused.
     """
@@ -132,6 +134,7 @@ class ParameterServer:
         transport: Transport,
         seed: int,
         profiles: Mapping[ClientId, DeviceProfile] | None = None,
+        deadline: DeadlinePolicy | None = None,
         task_timeout_s: float | None = None,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
@@ -143,6 +146,7 @@ class ParameterServer:
         self.train_config = strategy.train_config(train_config)
         self.transport = transport
         self.profiles = dict(profiles or {})
+        self.deadline = deadline or WaitAll()
         self.task_timeout_s = task_timeout_s
         self.max_message_bytes = max_message_bytes
         self.clients: dict[ClientId, ClientInfo] = {}
@@ -167,6 +171,9 @@ class ParameterServer:
                     ClientInfo(ClientId(cid), request.payload.n_train, self.round)
                 )
                 reply: Message = Welcome(client_id=cid, cluster=cluster)
+            case LeaveNotice(client_id=cid) if request.sender == client_address(cid):
+                self.leave(ClientId(cid))
+                reply = Shutdown(reason="leave acknowledged")
             case other:
                 reason = (
                     f"inbound {other.kind!r} from {request.sender!r} is not accepted"
@@ -192,27 +199,30 @@ class ParameterServer:
         active = [self.clients[c] for c in sorted(self.clients)]
         outcomes = {c.id: ClientOutcome(c.id) for c in active}
         plans = self.strategy.plan_round(self.state, round, active)
+        tasks = self._tasks(plans)
         exchanges = await self._round_trip(
-            [
-                (p.client, task)
-                for p, task in zip(plans, self._tasks(plans), strict=True)
-            ],
-            round,
+            [(p.client, t) for p, t in zip(plans, tasks, strict=True)], round
         )
+        durations = {
+            p.client: self._duration(p.client, e)
+            for p, e in zip(plans, exchanges, strict=True)
+        }
+        length, late = close_round(durations, self.deadline)
         updates = []
         for plan, exchange in zip(plans, exchanges, strict=True):
             update = self._judge_update(plan, exchange)
+            if update.ok and plan.client in late:
+                update = replace(update, status="late", reason="after the deadline")
             outcome = outcomes[plan.client]
             outcome.trained = update.ok
+            outcome.late = update.status == "late"
             outcome.failed = update.status == "failed"
             outcome.rejected = update.status == "rejected"
             outcome.train_loss = update.loss
+            outcome.sim_s = durations[plan.client] or 0.0
             self._book(
                 outcome, replace(exchange, status=update.status, reason=update.reason)
             )
-            if update.ok:
-                reply = exchange.reply.payload  # type: ignore[union-attr]
-                outcome.sim_s = self._duration(plan.client, exchange, reply.compute_s)
             updates.append(update)
         self.state = self.strategy.aggregate(self.state, round, updates)
         await self._evaluate(active, outcomes, round)
@@ -221,7 +231,7 @@ class ParameterServer:
         rejections, self._rejections = self._rejections, []
         return RoundOutcome(
             round=round,
-            sim_duration=max((o.sim_s for o in outcomes.values()), default=0.0),
+            sim_duration=length,
             clients=list(outcomes.values()),
             n_clusters=self.state.n_clusters,
             rejections=rejections,
@@ -364,7 +374,7 @@ class ParameterServer:
         return Exchange("ok", reply, None, len(data), len(raw))
 
     def _book(self, outcome: ClientOutcome, exchange: Exchange) -> None:
-        """Count an exchange's bytes and, if it was refused, its reason."""
+        """Count an exchange's bytes and, unless it went well, its reason."""
         outcome.bytes_down += exchange.bytes_down
         outcome.bytes_up += exchange.bytes_up
         if exchange.status == "rejected":
@@ -372,7 +382,12 @@ class ParameterServer:
         if exchange.status != "ok":
             outcome.reason = exchange.reason
 
-    def _duration(self, client: ClientId, exchange: Exchange, compute: float) -> float:
+    def _duration(self, client: ClientId, exchange: Exchange) -> float | None:
+        """Simulated time until the reply arrived; None if it never does."""
+        if exchange.status == "failed" or exchange.reply is None:
+            return None
+        payload = exchange.reply.payload
+        compute = payload.compute_s if isinstance(payload, UpdateReply) else 0.0
         profile = self.profiles.get(client, DeviceProfile())
         return (
             transfer_s(profile, exchange.bytes_down)
@@ -416,6 +431,7 @@ def build_server(
         transport=transport,
         seed=spec.seed,
         profiles=profiles,
+        deadline=spec.deadline,
         task_timeout_s=spec.task_timeout_s,
         max_message_bytes=spec.max_message_bytes,
     )

@@ -9,17 +9,22 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import torch
 from pydantic import BaseModel, ConfigDict, Field
+from torchvision.transforms.functional import InterpolationMode
+from torchvision.transforms.functional import rotate as rotate_image
 
 from clusterfed.data import load_dataset
 from clusterfed.models import build_model
 from clusterfed.protocol import MAX_MESSAGE_BYTES, TrainConfig
 
-from .clock import DeviceProfile
+from .clock import DeadlinePolicy, DeviceProfile, WaitAll
 from .trainer import LocalTrainer
 
 
 class ClientSpec(BaseModel):
+    """One client: its samples, its transform, its device."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: int = Field(ge=0)
@@ -32,22 +37,43 @@ class ClientSpec(BaseModel):
     test: list[int] = Field(min_length=1)
     seed: int
     profile: DeviceProfile = Field(default_factory=DeviceProfile)
+    rotation: float = Field(0.0, description="feature skew: degrees, counter-clockwise")
+    label_permutation: list[int] | None = Field(
+        None, description="preference skew: label y is read as label_permutation[y]"
+    )
+    slowdown: float = Field(1.0, gt=0, description="straggler factor on compute time")
+
+    def data_key(self) -> dict[str, Any]:
+        """The fields a trainer is built from; the others change no tensor."""
+        return self.model_dump(exclude={"group", "profile", "slowdown"})
 
 
 def build_trainer(spec: ClientSpec) -> LocalTrainer:
+    """The client's trainer: its samples, transformed, and a fresh model."""
     data = load_dataset(spec.dataset, spec.dataset_root)
     model = build_model(
         spec.model, data.input_shape, data.n_classes, **spec.model_params
     )
+    y = data.y
+    if spec.label_permutation is not None:
+        if sorted(spec.label_permutation) != list(range(data.n_classes)):
+            raise ValueError(
+                f"label_permutation must permute 0..{data.n_classes - 1},"
+                f" got {spec.label_permutation}"
+            )
+        y = torch.tensor(spec.label_permutation)[y]
     train, test = list(spec.train), list(spec.test)
-    return LocalTrainer(
-        model,
-        data.x[train],
-        data.y[train],
-        data.x[test],
-        data.y[test],
-        seed=spec.seed,
-    )
+    x_train, x_test = data.x[train], data.x[test]
+    if spec.rotation % 360:
+        x_train, x_test = rotate(x_train, spec.rotation), rotate(x_test, spec.rotation)
+    return LocalTrainer(model, x_train, y[train], x_test, y[test], seed=spec.seed)
+
+
+def rotate(images: torch.Tensor, degrees: float) -> torch.Tensor:
+    """Images rotated counter-clockwise about their centre; exact for 90° steps."""
+    if degrees % 90 == 0:
+        return torch.rot90(images, k=int(degrees // 90) % 4, dims=(-2, -1))
+    return rotate_image(images, degrees, interpolation=InterpolationMode.BILINEAR)
 
 
 class ServerSpec(BaseModel):
@@ -60,5 +86,6 @@ class ServerSpec(BaseModel):
     initial: np.ndarray
     train_config: TrainConfig
     seed: int
+    deadline: DeadlinePolicy = Field(default_factory=WaitAll)
     task_timeout_s: float | None = Field(None, gt=0)
     max_message_bytes: int = Field(MAX_MESSAGE_BYTES, gt=0)

@@ -9,6 +9,7 @@ rebuilt when a client's spec changes.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import numpy as np
 import torch
@@ -18,19 +19,20 @@ from clusterfed.protocol import TrainConfig
 from .spec import ClientSpec, build_trainer
 from .trainer import EvalResult, LocalTrainer, TrainResult
 
-_trainers: dict[int, tuple[ClientSpec, LocalTrainer]] = {}
+_trainers: dict[int, tuple[dict[str, Any], LocalTrainer]] = {}
 _lock = threading.Lock()
 
 
 def trainer_for(spec: ClientSpec) -> LocalTrainer:
-    """This process's trainer for `spec`, built on first use."""
+    """This process's trainer for `spec`, rebuilt only when its data changes."""
+    key = spec.data_key()
     with _lock:
         cached = _trainers.get(spec.id)
-        if cached is not None and cached[0] == spec:
+        if cached is not None and cached[0] == key:
             return cached[1]
     trainer = build_trainer(spec)
     with _lock:
-        _trainers[spec.id] = (spec, trainer)
+        _trainers[spec.id] = (key, trainer)
     return trainer
 
 

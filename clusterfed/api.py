@@ -12,7 +12,13 @@ from tqdm.auto import tqdm
 
 from clusterfed.actors import LocalRuntime
 from clusterfed.errors import ConfigError
-from clusterfed.scenarios import Scenario, load_scenario, plan_run, with_overrides
+from clusterfed.scenarios import (
+    Scenario,
+    ScenarioEngine,
+    load_scenario,
+    plan_run,
+    with_overrides,
+)
 
 from .results import RunRecorder, mean_std
 
@@ -83,14 +89,17 @@ async def _run(
         "seed": scenario.seed,
         "runtime": runtime.name,
     }
-    recorder = RunRecorder(out, plan.groups, config)
+    recorder = RunRecorder(out, config)
+    engine = ScenarioEngine(plan)
     bar = tqdm(
         total=scenario.rounds, desc=scenario.name, disable=not progress, unit="round"
     )
     await runtime.start(plan.server, plan.clients)
     try:
         for round in range(scenario.rounds):
-            row = recorder.record(await runtime.run_round(round))
+            events = await engine.begin_round(runtime, round, recorder.sim_time)
+            outcome = await runtime.run_round(round)
+            row = recorder.record(outcome, groups=engine.groups, events=events)
             accs = mean_std(row)
             bar.set_postfix(
                 round=round,

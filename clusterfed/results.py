@@ -30,15 +30,11 @@ class RunRecorder:
 
     Args:
         out: the folder; created if missing, previous results in it replaced.
-        groups: ground-truth group of every client id (for ARI and purity).
         config: the resolved run configuration for config.json.
     """
 
-    def __init__(
-        self, out: Path, groups: Mapping[int, int], config: Mapping[str, Any]
-    ) -> None:
+    def __init__(self, out: Path, config: Mapping[str, Any]) -> None:
         self.out = out
-        self.groups = dict(groups)
         self.rows: list[Row] = []
         self.sim_time = 0.0
         self._start = time.perf_counter()
@@ -47,13 +43,23 @@ class RunRecorder:
             (out / stale).unlink(missing_ok=True)
         _write_json(out / "config.json", {**config, "versions": versions()})
 
-    def record(self, outcome: RoundOutcome, *, events: Sequence[Any] = ()) -> Row:
-        """Append the row of one round to rounds.jsonl and return it."""
+    def record(
+        self,
+        outcome: RoundOutcome,
+        *,
+        groups: Mapping[int, int],
+        events: Sequence[Any] = (),
+    ) -> Row:
+        """Append the row of one round to rounds.jsonl and return it.
+
+        `groups` is the ground-truth group of each client this round (it moves
+        with drift); it scores the clustering and is never shown to algorithms.
+        """
         self.sim_time += outcome.sim_duration
         clients = [
             {
                 "id": c.id,
-                "group": self.groups.get(c.id),
+                "group": groups.get(c.id),
                 "cluster": c.cluster,
                 "acc": c.acc,
                 "loss": c.loss,
@@ -64,6 +70,7 @@ class RunRecorder:
                 "train_loss": c.train_loss,
                 "bytes_up": c.bytes_up,
                 "bytes_down": c.bytes_down,
+                "sim_s": c.sim_s,
                 "reason": c.reason,
             }
             for c in sorted(outcome.clients, key=lambda c: c.id)

@@ -50,6 +50,14 @@ class JoinRequest(_Frozen):
     n_test: NonNegInt
 
 
+class LeaveNotice(_Frozen):
+    """A client leaves the federation for good."""
+
+    kind: Literal["leave"] = "leave"
+    client_id: NonNegInt
+    reason: str = ""
+
+
 class Welcome(_Frozen):
     """The server accepts a client and tells it its first cluster."""
 
@@ -107,6 +115,7 @@ class Shutdown(_Frozen):
 
 Message = Annotated[
     JoinRequest
+    | LeaveNotice
     | Welcome
     | TrainTask
     | UpdateReply
@@ -133,6 +142,7 @@ class Envelope(_Frozen):
 ENVELOPE_ADAPTER: TypeAdapter[Envelope] = TypeAdapter(Envelope)
 MESSAGE_KINDS: tuple[str, ...] = (
     "join_request",
+    "leave",
     "welcome",
     "train_task",
     "update_reply",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from .build import RunPlan, plan_run
 from .builtin import BUILTIN
+from .engine import ScenarioEngine
+from .events import Crash, Drift, Dropout, Event, Join, Leave, Network, Straggle
 from .loader import load_scenario, validate, with_overrides
 from .spec import (
     ClassTablePartition,
@@ -15,18 +17,30 @@ from .spec import (
     Scenario,
     ShardsPartition,
 )
+from .transforms import PermutationTransform, RotationTransform
 
 __all__ = [
     "BUILTIN",
     "ClassTablePartition",
+    "Crash",
     "DatasetSpec",
     "DirichletPartition",
+    "Drift",
+    "Dropout",
+    "Event",
     "IIDPartition",
+    "Join",
+    "Leave",
     "ModelSpec",
+    "Network",
     "Partition",
+    "PermutationTransform",
+    "RotationTransform",
     "RunPlan",
     "Scenario",
+    "ScenarioEngine",
     "ShardsPartition",
+    "Straggle",
     "load_scenario",
     "plan_run",
     "validate",

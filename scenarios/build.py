@@ -1,18 +1,25 @@
-"""Turn a scenario into the specs the runtimes build actors from."""
+"""Turn a scenario into the specs the runtimes build actors from.
+
+Everything random here (the split, the initial model, the transforms) comes
+from the scenario seed, each from its own stream. Data for clients that join
+later is set aside now, so their partition is as planned as everyone else's.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from clusterfed.actors import ClientSpec, ServerSpec
-from clusterfed.data import Dataset, Partition, holdout, load_dataset
+from clusterfed.data import ClientSplit, Dataset, Partition, holdout, load_dataset
 from clusterfed.data import partition as partitioners
 from clusterfed.errors import ClusterfedError, ScenarioError
 from clusterfed.models import build_model, get_flat
 from clusterfed.seeding import derive_seed, numpy_rng
 
+from .events import Join
 from .spec import (
     ClassTablePartition,
     DirichletPartition,
@@ -20,21 +27,63 @@ from .spec import (
     Scenario,
     ShardsPartition,
 )
+from .transforms import GroupTransforms
 
 # Keys of the independent random streams under the scenario seed.
 MODEL_STREAM = 2
 PARTITION_STREAM = 3
 CLIENT_STREAM = 4
+TRANSFORM_STREAM = 5
+EVENT_STREAM = 6
 
 
 @dataclass(frozen=True)
+class Reserved:
+    """Data set aside for a client that joins later."""
+
+    split: ClientSplit
+    partition_group: int
+
+
+@dataclass
 class RunPlan:
+    """What a run starts from: the server, the first clients, and the rest."""
+
+    scenario: Scenario
+    dataset: Dataset
     server: ServerSpec
     clients: list[ClientSpec]
+    partition_groups: dict[int, int]
+    transform_groups: dict[int, int]
+    transforms: GroupTransforms
+    reserved: dict[int, deque[Reserved]] = field(default_factory=dict)
 
     @property
     def groups(self) -> dict[int, int]:
         return {c.id: c.group for c in self.clients}
+
+    def client_spec(
+        self,
+        client_id: int,
+        split: ClientSplit,
+        partition_group: int,
+        transform_group: int,
+    ) -> ClientSpec:
+        """The spec of a client holding `split`, seen through its transform."""
+        s = self.scenario
+        return ClientSpec(
+            id=client_id,
+            group=self.transforms.truth(partition_group, transform_group),
+            dataset=s.dataset.name,
+            dataset_root=s.dataset.root,
+            model=s.model.name,
+            model_params=s.model.params,
+            train=split.train.tolist(),
+            test=split.test.tolist(),
+            seed=derive_seed(s.seed, CLIENT_STREAM, client_id),
+            profile=s.devices.get(client_id, s.device),
+            **self.transforms.fields(transform_group),
+        )
 
 
 def plan_run(scenario: Scenario) -> RunPlan:
@@ -42,7 +91,9 @@ def plan_run(scenario: Scenario) -> RunPlan:
     try:
         data = load_dataset(scenario.dataset.name, scenario.dataset.root)
         rng = numpy_rng(scenario.seed, PARTITION_STREAM)
-        splits = holdout(_partition(scenario, data, rng), scenario.test_fraction, rng)
+        joiner_groups = _joiner_partition_groups(scenario)
+        partition, initial, joiners = _partition(scenario, data, joiner_groups, rng)
+        splits = holdout(partition, scenario.test_fraction, rng)
         model = build_model(
             scenario.model.name,
             data.input_shape,
@@ -54,58 +105,130 @@ def plan_run(scenario: Scenario) -> RunPlan:
         raise
     except ClusterfedError as exc:
         raise ScenarioError(f"scenario {scenario.name!r}: {exc}") from exc
+    transforms = GroupTransforms(
+        scenario.transform,
+        data.n_classes,
+        max(partition.groups) + 1,
+        numpy_rng(scenario.seed, TRANSFORM_STREAM),
+    )
     server = ServerSpec(
         algorithm=scenario.algorithm,
         algorithm_params=scenario.params_of(scenario.algorithm),
         initial=get_flat(model),
         train_config=scenario.train,
         seed=scenario.seed,
+        deadline=scenario.deadline,
         task_timeout_s=scenario.task_timeout_s,
     )
-    clients = [
-        ClientSpec(
-            id=i,
-            group=split.group,
-            dataset=scenario.dataset.name,
-            dataset_root=scenario.dataset.root,
-            model=scenario.model.name,
-            model_params=scenario.model.params,
-            train=split.train.tolist(),
-            test=split.test.tolist(),
-            seed=derive_seed(scenario.seed, CLIENT_STREAM, i),
-            profile=scenario.device,
+    plan = RunPlan(scenario, data, server, [], {}, {}, transforms)
+    for client_id, part in enumerate(initial):
+        group = partition.groups[part]
+        transform_group = transforms.deal(client_id)
+        plan.clients.append(
+            plan.client_spec(client_id, splits[part], group, transform_group)
         )
-        for i, split in enumerate(splits)
-    ]
-    return RunPlan(server, clients)
+        plan.partition_groups[client_id] = group
+        plan.transform_groups[client_id] = transform_group
+    for event_index, parts in joiners.items():
+        plan.reserved[event_index] = deque(
+            Reserved(splits[p], partition.groups[p]) for p in parts
+        )
+    return plan
+
+
+def _joiner_partition_groups(scenario: Scenario) -> dict[int, list[int | None]]:
+    """For each join event, the class-table row of each client it will add."""
+    groups: dict[int, list[int | None]] = {}
+    for index, n in scenario.joins():
+        event = scenario.events[index]
+        assert isinstance(event, Join)
+        groups[index] = [event.partition_group] * n
+    return groups
 
 
 def _partition(
-    scenario: Scenario, data: Dataset, rng: np.random.Generator
-) -> Partition:
+    scenario: Scenario,
+    data: Dataset,
+    joiner_groups: dict[int, list[int | None]],
+    rng: np.random.Generator,
+) -> tuple[Partition, list[int], dict[int, list[int]]]:
+    """The partition over everyone, which parts the first clients hold, and
+    which parts each join event hands out."""
     spec, labels, n = scenario.partition, data.labels, scenario.clients
+    n_joiners = sum(len(g) for g in joiner_groups.values())
+    total = n + n_joiners
+    if isinstance(spec, ClassTablePartition):
+        return _class_table(spec, labels, n, joiner_groups, rng)
     match spec:
         case IIDPartition():
-            return partitioners.iid(labels, n, rng)
+            partition = partitioners.iid(labels, total, rng)
         case DirichletPartition(alpha=alpha, min_samples=min_samples):
-            return partitioners.dirichlet(
-                labels, n, alpha, rng, min_samples=min_samples
+            partition = partitioners.dirichlet(
+                labels, total, alpha, rng, min_samples=min_samples
             )
         case ShardsPartition(labels_per_client=k):
-            return partitioners.shards(labels, n, k, rng)
-        case ClassTablePartition(table=table, clients_per_group=per_group):
-            if per_group is None:
-                per_group = _spread(n, len(table))
-            total = (
-                per_group * len(table) if isinstance(per_group, int) else sum(per_group)
-            )
-            if total != n:
-                raise ScenarioError(
-                    f"partition.clients_per_group gives {total} clients,"
-                    f" scenario has {n}"
-                )
-            return partitioners.class_table(labels, table, per_group, rng)
-    raise ScenarioError(f"partition: unknown kind {spec!r}")
+            partition = partitioners.shards(labels, total, k, rng)
+        case _:
+            raise ScenarioError(f"partition: unknown kind {spec!r}")
+    parts = iter(range(n, total))
+    joiners = {
+        index: [next(parts) for _ in groups] for index, groups in joiner_groups.items()
+    }
+    return partition, list(range(n)), joiners
+
+
+def _class_table(
+    spec: ClassTablePartition,
+    labels: np.ndarray,
+    n: int,
+    joiner_groups: dict[int, list[int | None]],
+    rng: np.random.Generator,
+) -> tuple[Partition, list[int], dict[int, list[int]]]:
+    rows = len(spec.table)
+    initial = (
+        spec.clients_per_group
+        if spec.clients_per_group is not None
+        else _spread(n, rows)
+    )
+    per_group = [initial] * rows if isinstance(initial, int) else list(initial)
+    if len(per_group) != rows:
+        raise ScenarioError(
+            f"partition.clients_per_group lists {len(per_group)} groups,"
+            f" the table has {rows}"
+        )
+    if sum(per_group) != n:
+        raise ScenarioError(
+            f"partition.clients_per_group gives {sum(per_group)} clients,"
+            f" scenario has {n}"
+        )
+    # Joiners without a row are dealt to the rows in turn.
+    dealt = iter(range(10**9))
+    rows_of = {
+        index: [g if g is not None else next(dealt) % rows for g in groups]
+        for index, groups in joiner_groups.items()
+    }
+    for index, groups in rows_of.items():
+        if any(g >= rows for g in groups):
+            raise ScenarioError(f"events[{index}]: partition_group must be < {rows}")
+    extra = [
+        sum(g == row for gs in rows_of.values() for g in gs) for row in range(rows)
+    ]
+    sizes = [a + b for a, b in zip(per_group, extra, strict=True)]
+    partition = partitioners.class_table(labels, spec.table, sizes, rng)
+    # The partitioner lists each row's parts together; the first ones of a row
+    # go to the initial clients, the rest to that row's joiners in order.
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(int)
+    initial_parts = [
+        int(starts[r]) + i for r in range(rows) for i in range(per_group[r])
+    ]
+    next_part = [int(starts[r]) + per_group[r] for r in range(rows)]
+    joiners: dict[int, list[int]] = {}
+    for index, groups in rows_of.items():
+        joiners[index] = []
+        for row in groups:
+            joiners[index].append(next_part[row])
+            next_part[row] += 1
+    return partition, initial_parts, joiners
 
 
 def _spread(n: int, groups: int) -> list[int]:

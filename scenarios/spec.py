@@ -12,8 +12,12 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from clusterfed.actors import DeviceProfile
+from clusterfed.actors.clock import DeadlinePolicy, WaitAll
 from clusterfed.algorithms import make
 from clusterfed.protocol import TrainConfig
+
+from .events import Event, Join, Target
+from .transforms import TransformSpec, n_transform_groups
 
 
 class _Spec(BaseModel):
@@ -90,9 +94,19 @@ class Scenario(_Spec):
     clients: int = Field(20, ge=1)
     rounds: int = Field(30, ge=1)
     seed: int = Field(0, ge=0)
+    transform: TransformSpec | None = Field(
+        None, description="feature/preference skew by group: rotation or labels"
+    )
     device: DeviceProfile = Field(
         default_factory=DeviceProfile, description="every client's device"
     )
+    devices: dict[int, DeviceProfile] = Field(
+        default_factory=dict, description="per-client devices, by client id"
+    )
+    deadline: DeadlinePolicy = Field(
+        default_factory=WaitAll, description="when a round stops waiting"
+    )
+    events: list[Event] = Field(default_factory=list)
     task_timeout_s: float | None = Field(
         None, gt=0, description="wall-clock limit on one request"
     )
@@ -103,5 +117,50 @@ class Scenario(_Spec):
         make(self.algorithm, **self.params_of(self.algorithm))
         return self
 
+    @model_validator(mode="after")
+    def _targets_exist(self) -> Scenario:
+        total = self.clients + sum(n for _, n in self.joins())
+        known = f"clients are 0..{total - 1}"
+        for cid in self.devices:
+            if cid >= total:
+                raise ValueError(f"devices: client {cid} does not exist ({known})")
+        n_groups = self.transform_groups()
+        for i, event in enumerate(self.events):
+            where = f"events[{i}] ({event.kind})"
+            target = getattr(event, "target", None)
+            if target is not None:
+                missing = [c for c in Target.parse(target).ids if c >= total]
+                if missing:
+                    raise ValueError(
+                        f"{where}: target {missing} does not exist ({known})"
+                    )
+            group = getattr(event, "to_group", None)
+            if group is not None and group != "other" and group >= n_groups:
+                raise ValueError(
+                    f"{where}: to_group {group} does not exist"
+                    f" (the transform has {n_groups} group(s))"
+                )
+            joiner_group = event.transform_group if isinstance(event, Join) else None
+            if joiner_group is not None and joiner_group >= n_groups:
+                raise ValueError(
+                    f"{where}: transform_group {joiner_group} does not exist"
+                    f" (the transform has {n_groups} group(s))"
+                )
+        return self
+
     def params_of(self, algorithm: str) -> dict[str, Any]:
         return dict(self.algorithm_params.get(algorithm, {}))
+
+    def joins(self) -> list[tuple[int, int]]:
+        """(event index, clients it adds over the run) for every join event."""
+        found = []
+        for index, event in enumerate(self.events):
+            if isinstance(event, Join):
+                horizon = self.rounds - 1 if event.clock == "round" else float("inf")
+                found.append(
+                    (index, event.count * len(list(event.occurrences(horizon))))
+                )
+        return found
+
+    def transform_groups(self) -> int:
+        return n_transform_groups(self.transform)

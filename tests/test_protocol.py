@@ -17,6 +17,7 @@ from clusterfed.protocol import (
     EvaluateReply,
     EvaluateTask,
     JoinRequest,
+    LeaveNotice,
     ProtocolError,
     Shutdown,
     TrainConfig,
@@ -33,6 +34,7 @@ WEIGHTS = np.linspace(-1, 1, 7, dtype=np.float32)
 
 PAYLOADS = [
     JoinRequest(client_id=3, n_train=40, n_test=10),
+    LeaveNotice(client_id=3, reason="moved away"),
     Welcome(client_id=3, cluster=0),
     TrainTask(
         models=(
@@ -49,6 +51,10 @@ PAYLOADS = [
 ]
 
 
+UPDATE = next(i for i, p in enumerate(PAYLOADS) if p.kind == "update_reply")
+TRAIN = next(i for i, p in enumerate(PAYLOADS) if p.kind == "train_task")
+
+
 def envelope(payload, **changes) -> Envelope:  # type: ignore[no-untyped-def]
     fields = dict(
         msg_id="server:1",
@@ -63,7 +69,7 @@ def envelope(payload, **changes) -> Envelope:  # type: ignore[no-untyped-def]
 
 def raw_update(**changes) -> dict:  # type: ignore[no-untyped-def]
     """A valid update envelope as a plain dict, to be mutated and packed by hand."""
-    data = envelope(PAYLOADS[3]).model_dump(mode="python")
+    data = envelope(PAYLOADS[UPDATE]).model_dump(mode="python")
     data.update({k: v for k, v in changes.items() if k != "payload"})
     data["payload"].update(changes.get("payload", {}))
     return data
@@ -120,7 +126,7 @@ def test_update_delta_comes_back_bit_for_bit() -> None:
 
 
 def test_encode_many_matches_encode_and_packs_a_shared_payload_once() -> None:
-    shared = PAYLOADS[2]
+    shared = PAYLOADS[TRAIN]
     envelopes = [
         envelope(shared, recipient=f"client/{i}", msg_id=f"server:{i}")
         for i in range(4)
@@ -131,7 +137,7 @@ def test_encode_many_matches_encode_and_packs_a_shared_payload_once() -> None:
 @pytest.mark.parametrize(
     ("data", "named"),
     [
-        (encode(envelope(PAYLOADS[3]))[:-9], "truncated"),
+        (encode(envelope(PAYLOADS[UPDATE]))[:-9], "truncated"),
         (pack(raw_update(payload={"kind": "gossip"})), "gossip"),
         (pack(raw_update(protocol_version=PROTOCOL_VERSION + 1)), "protocol_version"),
         (pack(raw_update(payload={"sneaky": 1})), "sneaky"),
@@ -195,7 +201,7 @@ def test_unknown_extension_type_is_named() -> None:
 
 
 def test_payload_over_the_size_limit_is_refused_before_parsing() -> None:
-    data = encode(envelope(PAYLOADS[3]))
+    data = encode(envelope(PAYLOADS[UPDATE]))
     with pytest.raises(ProtocolError, match="over the limit"):
         decode(data, max_bytes=len(data) - 1)
     assert decode(data, max_bytes=len(data)).payload.kind == "update_reply"

@@ -1,0 +1,245 @@
+"""Applies a scenario's timeline to a running federation, round by round.
+
+The engine owns what the simulation knows and the server must not: every
+client's spec (data, transform, device), its ground-truth group, who has left,
+crashed or dropped out. Before each round it fires the due events through the
+runtime; random choices come from the scenario's event stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from clusterfed.actors import ClientSpec
+from clusterfed.seeding import numpy_rng
+
+from .build import EVENT_STREAM, RunPlan
+from .events import Crash, Drift, Dropout, Join, Leave, Network, Straggle, Target
+from .timeline import Occurrence, Timeline
+
+Applied = dict[str, Any]
+
+
+class ScenarioRuntime(Protocol):
+    """What the engine needs from a runtime."""
+
+    async def add_clients(self, specs: Sequence[ClientSpec]) -> None: ...
+
+    async def remove_client(self, client: int, reason: str) -> None: ...
+
+    async def update_client(self, spec: ClientSpec) -> None: ...
+
+    def set_unreachable(self, clients: Mapping[int, str]) -> None: ...
+
+
+class ScenarioEngine:
+    def __init__(self, plan: RunPlan) -> None:
+        self.plan = plan
+        self.timeline = Timeline(plan.scenario.events)
+        self.rng = numpy_rng(plan.scenario.seed, EVENT_STREAM)
+        self.specs: dict[int, ClientSpec] = {c.id: c for c in plan.clients}
+        self.partition_groups = dict(plan.partition_groups)
+        self.transform_groups = dict(plan.transform_groups)
+        self.next_id = len(plan.clients)
+        self.crashed: dict[int, int | None] = {}  # client → round it recovers
+        self.straggling: dict[int, int] = {}  # client → first round back to normal
+
+    @property
+    def groups(self) -> dict[int, int]:
+        """Ground-truth group of every client taking part now."""
+        return {cid: spec.group for cid, spec in self.specs.items()}
+
+    async def begin_round(
+        self, runtime: ScenarioRuntime, round: int, sim_time: float
+    ) -> list[Applied]:
+        """Fire what is due before `round`; return what was applied."""
+        applied: list[Applied] = []
+        for cid, back in sorted(self.crashed.items()):
+            if back is not None and back <= round:
+                del self.crashed[cid]
+                applied.append({"kind": "recover", "clients": [cid]})
+        for cid, back in sorted(self.straggling.items()):
+            if back <= round and cid in self.specs:
+                del self.straggling[cid]
+                await self._update(
+                    runtime, self.specs[cid].model_copy(update={"slowdown": 1.0})
+                )
+        dropped: dict[int, str] = {}
+        for occurrence in self.timeline.due(round, sim_time):
+            record = await self._apply(runtime, occurrence, round, dropped)
+            if record is not None:
+                applied.append(record)
+        for cid, spec in sorted(self.specs.items()):
+            if (
+                spec.profile.availability < 1
+                and self.rng.random() > spec.profile.availability
+            ):
+                dropped.setdefault(cid, "unavailable this round")
+        down = {cid: "crashed" for cid in self.crashed if cid in self.specs}
+        runtime.set_unreachable({**dropped, **down})
+        return applied
+
+    async def _apply(
+        self,
+        runtime: ScenarioRuntime,
+        occurrence: Occurrence,
+        round: int,
+        dropped: dict[int, str],
+    ) -> Applied | None:
+        event = occurrence.event
+        if isinstance(event, Join):
+            return await self._join(runtime, occurrence.index, event)
+        targets = self._targets(event.target)
+        if not targets:
+            return {"kind": event.kind, "clients": [], "note": "no client matched"}
+        record: Applied = {"kind": event.kind, "clients": targets}
+        match event:
+            case Leave():
+                for cid in targets:
+                    del self.specs[cid]
+                    self.crashed.pop(cid, None)
+                    self.straggling.pop(cid, None)
+                    await runtime.remove_client(cid, "scheduled leave")
+            case Crash(recover_after=after):
+                for cid in targets:
+                    self.crashed[cid] = None if after is None else round + after
+            case Straggle(factor=factor, rounds=rounds):
+                for cid in targets:
+                    self.straggling[cid] = round + rounds
+                    await self._update(
+                        runtime, self.specs[cid].model_copy(update={"slowdown": factor})
+                    )
+                record["factor"] = factor
+            case Dropout(p=p):
+                hit = [cid for cid in targets if self.rng.random() < p]
+                for cid in hit:
+                    dropped[cid] = "dropped out"
+                record["clients"] = hit
+            case Network(latency_s=latency, bandwidth_bps=bandwidth):
+                for cid in targets:
+                    profile = self.specs[cid].profile
+                    changes = {
+                        k: v
+                        for k, v in (
+                            ("latency_s", latency),
+                            ("bandwidth_bps", bandwidth),
+                        )
+                        if v is not None
+                    }
+                    new = profile.model_copy(update=changes)
+                    await self._update(
+                        runtime, self.specs[cid].model_copy(update={"profile": new})
+                    )
+            case Drift():
+                record["groups"] = [
+                    await self._drift(runtime, cid, event) for cid in targets
+                ]
+        return record
+
+    async def _join(self, runtime: ScenarioRuntime, index: int, event: Join) -> Applied:
+        reserved = self.plan.reserved.get(index)
+        specs = []
+        for _ in range(event.count):
+            if not reserved:
+                break
+            taken = reserved.popleft()
+            cid = self.next_id
+            self.next_id += 1
+            transform_group = (
+                event.transform_group
+                if event.transform_group is not None
+                else int(self.rng.integers(self.plan.transforms.n_groups))
+            )
+            spec = self.plan.client_spec(
+                cid, taken.split, taken.partition_group, transform_group
+            )
+            self.specs[cid] = spec
+            self.partition_groups[cid] = taken.partition_group
+            self.transform_groups[cid] = transform_group
+            specs.append(spec)
+        await runtime.add_clients(specs)
+        return {"kind": "join", "clients": [s.id for s in specs]}
+
+    async def _drift(self, runtime: ScenarioRuntime, cid: int, event: Drift) -> int:
+        spec = self.specs[cid]
+        transforms = self.plan.transforms
+        part = self.partition_groups[cid]
+        changes: dict[str, Any] = {}
+        if event.to_group is not None:
+            group = event.to_group
+            if group == "other":
+                others = [
+                    g
+                    for g in range(transforms.n_groups)
+                    if g != self.transform_groups[cid]
+                ]
+                group = (
+                    int(self.rng.choice(others))
+                    if others
+                    else self.transform_groups[cid]
+                )
+            self.transform_groups[cid] = group
+            changes = {
+                **transforms.fields(group),
+                "group": transforms.truth(part, group),
+            }
+        elif event.rotation is not None:
+            changes = {
+                "rotation": event.rotation,
+                "group": transforms.group_of_rotation(part, event.rotation),
+            }
+        elif event.label_permutation is not None:
+            changes = {
+                "label_permutation": event.label_permutation,
+                "group": transforms.group_of_permutation(part, event.label_permutation),
+            }
+        elif event.class_mix is not None:
+            changes = self._redraw(spec, event.class_mix)
+        new = spec.model_copy(update=changes)
+        await self._update(runtime, new)
+        return new.group
+
+    def _redraw(self, spec: ClientSpec, weights: list[float]) -> dict[str, Any]:
+        """New samples for `spec` with class shares `weights`, same sizes."""
+        labels = self.plan.dataset.labels
+        n_classes = self.plan.dataset.n_classes
+        if len(weights) != n_classes:
+            raise ValueError(f"class_mix needs {n_classes} weights, got {len(weights)}")
+        p = np.asarray(weights, dtype=np.float64) / sum(weights)
+        n_train, n = len(spec.train), len(spec.train) + len(spec.test)
+        counts = self.rng.multinomial(n, p)
+        chosen = np.concatenate(
+            [
+                self.rng.choice(np.flatnonzero(labels == c), size=k, replace=False)
+                for c, k in enumerate(counts)
+                if k
+            ]
+        )
+        chosen = self.rng.permutation(chosen)
+        key = ("class_mix", self.partition_groups[spec.id], tuple(weights))
+        return {
+            "train": sorted(chosen[:n_train].tolist()),
+            "test": sorted(chosen[n_train:].tolist()),
+            "group": self.plan.transforms.fresh(key),
+        }
+
+    def _targets(self, raw: int | list[int] | str) -> list[int]:
+        target = Target.parse(raw)
+        active = sorted(self.specs)
+        if target.everyone:
+            return active
+        if target.group is not None:
+            return [c for c in active if self.specs[c].group == target.group]
+        if target.random:
+            k = min(target.random, len(active))
+            return sorted(
+                int(c) for c in self.rng.choice(active, size=k, replace=False)
+            )
+        return [c for c in target.ids if c in self.specs]
+
+    async def _update(self, runtime: ScenarioRuntime, spec: ClientSpec) -> None:
+        self.specs[spec.id] = spec
+        await runtime.update_client(spec)
