@@ -90,6 +90,13 @@ class ServerState:
         """Clusters that hold at least one client."""
         return len(set(self.assignment.values()))
 
+    def largest_cluster(self) -> ClusterId:
+        """The cluster with most clients (ties: lowest id); the lowest id if none."""
+        sizes = dict.fromkeys(self.models, 0)
+        for cluster in self.assignment.values():
+            sizes[cluster] += 1
+        return min(sizes, key=lambda k: (-sizes[k], k))
+
 
 class Strategy(ABC):
     """Base of every algorithm. Subclasses set `name` and implement `aggregate`.

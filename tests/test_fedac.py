@@ -1,0 +1,287 @@
+"""FedAC / FedACP: the split trigger, the bipartition, FedACP's sampled view."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+
+from clusterfed.algorithms import (
+    ClientInfo,
+    ClientUpdate,
+    ServerState,
+    Strategy,
+    make,
+)
+from clusterfed.algorithms.fedac import (
+    FedAC,
+    FedACP,
+    bipartition,
+    should_split,
+    updates_diverge,
+)
+from clusterfed.types import ClientId, ClusterId
+
+DIM = 8
+U = np.eye(DIM, dtype=np.float32)[0]
+
+
+def _update(
+    client: int,
+    delta: np.ndarray,
+    loss: float = 1.0,
+    cluster: int = 0,
+    n: int = 10,
+    base: np.ndarray | None = None,
+) -> ClientUpdate:
+    base = np.zeros(DIM, dtype=np.float32) if base is None else base
+    return ClientUpdate(
+        ClientId(client),
+        ClusterId(cluster),
+        "ok",
+        base,
+        delta.astype(np.float32),
+        n,
+        loss,
+    )
+
+
+def _group_deltas(signs: list[int], seed: int = 0) -> list[np.ndarray]:
+    """Deltas along +U or −U (by sign) with a little noise."""
+    rng = np.random.default_rng(seed)
+    return [s * U + 0.1 * rng.standard_normal(DIM) for s in signs]
+
+
+def _joined(strategy: Strategy, n: int) -> ServerState:
+    state = strategy.init_state(
+        np.ones(DIM, dtype=np.float32), np.random.default_rng(0)
+    )
+    for i in range(n):
+        state = strategy.on_join(state, ClientInfo(ClientId(i), n_train=10))
+    return state
+
+
+def _round(
+    strategy: Strategy,
+    state: ServerState,
+    round: int,
+    deltas: dict[int, np.ndarray],
+    loss: float,
+) -> ServerState:
+    updates = [
+        _update(
+            c,
+            d,
+            loss,
+            cluster=state.assignment[ClientId(c)],
+            base=state.models[state.assignment[ClientId(c)]],
+        )
+        for c, d in deltas.items()
+    ]
+    return strategy.aggregate(state, round, updates)
+
+
+def _clusters(state: ServerState, n: int) -> list[int]:
+    return [state.assignment[ClientId(i)] for i in range(n)]
+
+
+# -- the trigger -----------------------------------------------------------------
+
+OPPOSED = [1, 1, 1, 1, -1, -1]  # the minority points against the cluster update
+
+
+def test_the_trigger_fires_on_opposed_groups_once_the_loss_settles() -> None:
+    updates = [_update(i, d) for i, d in enumerate(_group_deltas(OPPOSED))]
+    assert should_split(updates, 0.001, alpha=0.02, beta=90)
+    assert should_split(updates, -0.001, alpha=0.02, beta=90)
+
+
+def test_the_trigger_does_not_fire_on_iid_like_updates() -> None:
+    updates = [_update(i, d) for i, d in enumerate(_group_deltas([1] * 6))]
+    assert not should_split(updates, 0.0, alpha=0.02, beta=90)
+
+
+def test_the_trigger_does_not_fire_while_the_loss_still_changes() -> None:
+    updates = [_update(i, d) for i, d in enumerate(_group_deltas(OPPOSED))]
+    assert not should_split(updates, 0.5, alpha=0.02, beta=90)
+    assert not should_split(updates, -0.5, alpha=0.02, beta=90)
+    assert not should_split(updates, None, alpha=0.02, beta=90)
+
+
+def test_beta_is_an_angle_in_degrees() -> None:
+    # Deltas 60° apart: each is 30° off their mean.
+    a = np.array([1.0, 0.0], dtype=np.float32)
+    b = np.array([0.5, np.sqrt(3) / 2], dtype=np.float32)
+    updates = [_update(0, np.pad(a, (0, DIM - 2))), _update(1, np.pad(b, (0, DIM - 2)))]
+    assert not updates_diverge(updates, beta=90)
+    assert not updates_diverge(updates, beta=35)
+    assert updates_diverge(updates, beta=25)
+
+
+def test_a_zero_delta_does_not_count_as_diverging_at_90_degrees() -> None:
+    updates = [_update(0, U), _update(1, U), _update(2, np.zeros(DIM))]
+    assert not updates_diverge(updates, beta=90)
+
+
+# -- the bipartition -------------------------------------------------------------
+
+
+def test_bipartition_seeds_the_most_dissimilar_pair() -> None:
+    deltas = [U, -U, 0.9 * U, -0.5 * U]
+    assert bipartition(deltas) == ([0, 2], [1, 3])
+
+
+def test_bipartition_puts_each_planted_group_apart() -> None:
+    signs = [1, -1, 1, -1, -1, 1, 1]
+    left, right = bipartition(_group_deltas(signs, seed=3))
+    assert {signs[i] for i in left} == {signs[left[0]]}
+    assert {signs[i] for i in right} == {-signs[left[0]]}
+    assert sorted(left + right) == list(range(len(signs)))
+
+
+def test_fedac_splits_a_cluster_of_two_groups_into_two() -> None:
+    strategy = make("fedac")
+    state = _joined(strategy, 6)
+    deltas = dict(enumerate(_group_deltas(OPPOSED)))
+    state = _round(strategy, state, 0, deltas, loss=1.0)
+    assert len(state.models) == 1  # no previous loss yet
+    before = _round(strategy, state, 1, deltas, loss=0.5)
+    assert before.n_clusters == 1  # the loss still moves by 0.5 > α
+    after = _round(strategy, before, 2, deltas, loss=0.49)
+    clusters = _clusters(after, 6)
+    # The larger group keeps id 0, the other gets a new id; both start from
+    # the cluster's model after this round's aggregation.
+    assert clusters == [0, 0, 0, 0, 1, 1]
+    expected = before.models[0] + np.mean(list(deltas.values()), axis=0)
+    assert_allclose(after.models[ClusterId(0)], expected, rtol=1e-5)
+    assert_allclose(after.models[ClusterId(1)], expected, rtol=1e-5)
+
+
+def test_an_iid_cluster_never_splits() -> None:
+    strategy = make("fedac")
+    state = _joined(strategy, 6)
+    for round in range(4):
+        deltas = dict(enumerate(_group_deltas([1] * 6, seed=round)))
+        state = _round(strategy, state, round, deltas, loss=1.0)
+    assert state.n_clusters == 1
+
+
+def test_clusters_smaller_than_min_split_size_never_split() -> None:
+    strategy = make("fedac", min_split_size=7)
+    state = _joined(strategy, 6)
+    deltas = dict(enumerate(_group_deltas(OPPOSED)))
+    for round in range(3):
+        state = _round(strategy, state, round, deltas, loss=1.0)
+    assert state.n_clusters == 1
+
+
+def test_splitting_recurses_inside_a_child() -> None:
+    v = np.eye(DIM, dtype=np.float32)[1]
+    strategy = make("fedac")
+    state = _joined(strategy, 6)
+    first = dict(enumerate(_group_deltas(OPPOSED)))
+    for round in range(2):
+        state = _round(strategy, state, round, first, loss=1.0)
+    assert _clusters(state, 6) == [0, 0, 0, 0, 1, 1]
+    # The children remember their group's loss, so the next round can decide:
+    # inside cluster 0, client 3 now pulls against clients 0–2.
+    second = {0: v, 1: v, 2: v, 3: -v, 4: -U, 5: -U}
+    state = _round(strategy, state, 2, second, loss=1.0)
+    assert _clusters(state, 6) == [0, 0, 0, 2, 1, 1]
+    assert sorted(state.models) == [0, 1, 2]
+
+
+# -- sampling: FedAC scans, FedACP decides on the sample ---------------------------
+
+GROUPS = [1, 1, 1, 1, -1, -1, -1, -1]  # clients 0–3 and 4–7
+SAMPLED = [0, 1, 2, 4]
+
+
+def _sampled_round(strategy: Strategy) -> ServerState:
+    state = _joined(strategy, 8)
+    every = dict(enumerate(_group_deltas(GROUPS)))
+    sample = {c: every[c] for c in SAMPLED}
+    state = _round(strategy, state, 0, sample, loss=1.0)
+    return _round(strategy, state, 1, sample, loss=1.0)
+
+
+def test_fedacp_decides_and_bipartitions_over_the_sampled_clients_only() -> None:
+    state = _sampled_round(FedACP(fraction=0.5))
+    # Only sampled client 4 moves; unsampled members (3 of the first group,
+    # 5–7 of the second) stay with the larger child, which keeps id 0.
+    assert _clusters(state, 8) == [0, 0, 0, 0, 1, 0, 0, 0]
+
+
+def test_fedac_scans_the_whole_cluster_before_it_bipartitions() -> None:
+    strategy = FedAC(fraction=0.5)
+    state = _sampled_round(strategy)
+    assert state.n_clusters == 1
+    clients = [ClientInfo(ClientId(i), 10) for i in range(8)]
+    plans = strategy.plan_round(state, 2, clients)
+    assert [p.client for p in plans] == list(range(8))
+    every = dict(enumerate(_group_deltas(GROUPS)))
+    state = _round(strategy, state, 2, every, loss=1.0)
+    assert _clusters(state, 8) == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert len(strategy.plan_round(state, 3, clients)) == 4  # back to sampling
+
+
+def test_a_scan_whose_updates_agree_does_not_split() -> None:
+    strategy = FedAC(fraction=0.5)
+    state = _sampled_round(strategy)
+    aligned = dict(enumerate(_group_deltas([1] * 8)))
+    state = _round(strategy, state, 2, aligned, loss=1.0)
+    assert state.n_clusters == 1
+    assert not state.extra["scans"]
+
+
+def test_fraction_samples_each_cluster_with_the_seeded_rng() -> None:
+    strategy = FedAC(fraction=0.25)
+    state = _joined(strategy, 8)
+    state = state.replace(
+        models={**state.models, ClusterId(1): state.models[ClusterId(0)]},
+        assignment={ClientId(i): ClusterId(i // 4) for i in range(8)},
+    )
+    clients = [ClientInfo(ClientId(i), 10) for i in range(8)]
+    picks = [
+        [p.client for p in strategy.plan_round(state.replace(rng=rng), 0, clients)]
+        for rng in (np.random.default_rng(4), np.random.default_rng(4))
+    ]
+    assert picks[0] == picks[1]
+    assert sorted(c // 4 for c in picks[0]) == [0, 1]
+
+
+def test_fedacp_overrides_only_the_scan_hook() -> None:
+    own = {k for k in vars(FedACP) if not k.startswith("_")}
+    assert own == {"name", "wants_scan"}
+
+
+def test_a_joining_client_goes_to_the_largest_cluster() -> None:
+    strategy = FedAC()
+    state = _joined(strategy, 3)
+    state = state.replace(
+        models={**state.models, ClusterId(1): state.models[ClusterId(0)]},
+        assignment={ClientId(0): ClusterId(0), **{ClientId(i): 1 for i in (1, 2)}},
+    )
+    state = strategy.on_join(state, ClientInfo(ClientId(9), 10))
+    assert state.assignment[ClientId(9)] == 1
+
+
+# -- options -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["fedac", "fedacp"])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"alpha": 0.0},
+        {"alpha": -1.0},
+        {"beta": 200.0},
+        {"beta": -5.0},
+        {"fraction": 0.0},
+        {"fraction": 1.5},
+        {"min_split_size": 1},
+    ],
+)
+def test_bad_options_name_the_value(name: str, params: dict) -> None:
+    with pytest.raises(ValueError, match=str(next(iter(params.values())))):
+        make(name, **params)
