@@ -1,0 +1,363 @@
+"""DCFL: affinity propagation on update distances, re-run when the Dunn index drops.
+
+Augello, Falzone, Lo Re, "DCFL: Dynamic Clustered Federated Learning under
+Differential Privacy Settings", IEEE PerCom Workshops 2023
+(doi:10.1109/PerComWorkshops56833.2023.10150285).
+
+Each round (Algorithm 1): every client trains from its cluster's model; each
+cluster model becomes the mean of its members' new models; the distances of
+this round's updates (`clusterfed.algorithms.distances`, Eq. 1–2) feed the
+Dunn index of the current clustering (Eq. 3), and when there is one cluster or
+the index is below 1, affinity propagation on −d gives a new clustering whose
+models are the means of their members' models (Eq. 5). A client that joins
+after the start trains once from W_G, the mean of the cluster models, and
+joins the cluster whose vector W_G → W_C is nearest to its own W_G → B (Eq. 6).
+
+Where the paper is loose, clusterfed decides:
+
+- Cluster models are the unweighted mean of the members' new models, as Eq. 5
+  writes it, both for the per-round update (Algorithm 1, line 17) and after
+  re-clustering; `sample_weighted=True` weights both by sample counts instead.
+- Only "ok" updates count. The distances, the Dunn index and re-clustering
+  cover the clients that trained from their cluster model this round; a client
+  that did not report keeps its cluster id, and a cluster nobody updated keeps
+  its model. Clusters left without members are dropped.
+- The Dunn index is undefined with fewer than two clusters or with no pair of
+  clients sharing a cluster (all singletons); both cases re-cluster. An index
+  of min/0 with min > 0 is +∞ (no re-clustering).
+- Affinity propagation runs on the similarity −d with, by default, the median
+  off-diagonal similarity as every client's preference (Frey & Dueck's
+  default); 1 or 2 clients form one cluster (two points show no structure).
+  Convergence needs the exemplars unchanged for 7.5 / (1 − damping)
+  iterations (scikit-learn's 15 at 0.5 stops heavily damped runs too early).
+  If it does not converge it is retried once with damping 0.9 and four times
+  the iterations; failing that, the clustering is kept for this round.
+- New cluster ids are matched to old ones by largest overlap of members, so a
+  cluster that survives re-clustering keeps its id; other clusters get fresh
+  ids, never reused.
+- A newcomer's first update (from W_G) is used only to place it: it is not
+  folded into any cluster model nor into that round's clustering. It is placed
+  against the cluster models after this round's aggregation, so the id it gets
+  exists; until it is placed, it is evaluated on W_G and has no cluster.
+  W_G travels under the id `GLOBAL_MODEL`, which is never a cluster id.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from sklearn.cluster import AffinityPropagation
+from sklearn.exceptions import ConvergenceWarning
+
+from clusterfed.types import ClientId, ClusterId
+
+from ._aggregate import weighted_mean
+from .base import ClientInfo, ClientUpdate, ServerState, Strategy
+from .distances import check_metric, pairwise_distances
+
+# The id W_G is sent under: cluster ids count up from 0 and never get here,
+# and the protocol needs a non-negative id for every model it carries.
+GLOBAL_MODEL = ClusterId(2**31 - 1)
+
+
+class DCFL(Strategy):
+    """Dynamic clustering of clients by the distances of their updates.
+
+    Args:
+        metric: the update distance: "complete" (the paper's, Eq. 2),
+            "divergence" (exp(2ω) alone), "cosine" (1 − cos of the updates) or
+            "euclidean" (distance of the end points) — Table II's ablation.
+        damping: affinity propagation's damping factor, in [0.5, 1).
+        preference: every client's self-similarity in affinity propagation,
+            in units of −d (higher: more clusters); None takes the median of
+            the off-diagonal similarities.
+        max_iter: affinity propagation's iteration limit (≥ 1).
+        sample_weighted: weight cluster means by sample counts instead of
+            the paper's plain mean (Eq. 5).
+    """
+
+    name = "dcfl"
+
+    def __init__(
+        self,
+        *,
+        metric: str = "complete",
+        damping: float = 0.5,
+        preference: float | None = None,
+        max_iter: int = 200,
+        sample_weighted: bool = False,
+    ) -> None:
+        self.metric = check_metric(metric)
+        if not 0.5 <= damping < 1:
+            raise ValueError(f"damping must be in [0.5, 1), got {damping}")
+        if preference is not None and not math.isfinite(preference):
+            raise ValueError(f"preference must be a finite number, got {preference}")
+        if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
+            raise ValueError(f"max_iter must be an integer ≥ 1, got {max_iter!r}")
+        self.damping = damping
+        self.preference = preference
+        self.max_iter = max_iter
+        self.sample_weighted = bool(sample_weighted)
+
+    # -- membership -----------------------------------------------------------
+
+    def init_state(self, initial: np.ndarray, rng: np.random.Generator) -> ServerState:
+        state = super().init_state(initial, rng)
+        return state.replace(extra={"pending": frozenset(), "next_cluster": 1})
+
+    def on_join(self, state: ServerState, client: ClientInfo) -> ServerState:
+        """Clients present from the start join cluster 0; later ones wait for
+        their first update, trained from W_G, to be placed (Eq. 6)."""
+        pending = _pending(state) - {client.id}
+        if client.joined_round > 0:
+            assignment = {k: v for k, v in state.assignment.items() if k != client.id}
+            return state.replace(
+                assignment=assignment,
+                extra={**state.extra, "pending": pending | {client.id}},
+            )
+        state = super().on_join(state, client)
+        return state.replace(extra={**state.extra, "pending": pending})
+
+    def on_leave(self, state: ServerState, client: ClientId) -> ServerState:
+        state = super().on_leave(state, client)
+        return state.replace(
+            models=_drop_empty(state.models, state.assignment),
+            extra={**state.extra, "pending": _pending(state) - {client}},
+        )
+
+    def model_for(
+        self, state: ServerState, client: ClientId
+    ) -> tuple[ClusterId, np.ndarray]:
+        """A placed client's cluster model; W_G for a newcomer not yet placed."""
+        if client not in state.assignment and client in _pending(state):
+            return GLOBAL_MODEL, global_model(state.models)
+        return super().model_for(state, client)
+
+    # -- the round ------------------------------------------------------------
+
+    def aggregate(
+        self, state: ServerState, round: int, updates: Sequence[ClientUpdate]
+    ) -> ServerState:
+        usable = [
+            u
+            for u in sorted(updates, key=lambda u: u.client)
+            if u.ok and u.base is not None and u.delta is not None
+        ]
+        members = [u for u in usable if u.client in state.assignment]
+        pending = _pending(state)
+        newcomers = [u for u in usable if u.client in pending]
+        if members:
+            state = self.recluster_if_needed(state, members)
+        if newcomers:
+            state = self.place_newcomers(state, newcomers)
+        return state
+
+    def recluster_if_needed(
+        self, state: ServerState, members: Sequence[ClientUpdate]
+    ) -> ServerState:
+        """Update the cluster models, then re-cluster when the Dunn index says so
+        (Algorithm 1, lines 12–26). `members` are ok updates of placed clients."""
+        old = [state.assignment[u.client] for u in members]
+        models = dict(state.models)
+        models.update(self._cluster_means(members, old))
+        arrays = [_arrays(u) for u in members]
+        dist = pairwise_distances(
+            np.stack([base for base, _ in arrays]),
+            np.stack([delta for _, delta in arrays]),
+            self.metric,
+        )
+        index = dunn_index(dist, np.asarray(old))
+        extra = {**state.extra, "dunn_index": index, "reclustered": False}
+        if index >= 1:
+            return state.replace(models=models, extra=extra)
+        labels = affinity_clusters(
+            dist,
+            damping=self.damping,
+            preference=self.preference,
+            max_iter=self.max_iter,
+            random_state=int(state.rng.integers(2**31 - 1)),
+        )
+        if labels is None:  # no convergence: keep the clustering this round
+            return state.replace(models=models, extra=extra)
+        ids, next_cluster = match_ids(old, labels, _next_cluster(state))
+        assignment = dict(state.assignment)
+        assignment.update({u.client: c for u, c in zip(members, ids, strict=True)})
+        models.update(self._cluster_means(members, ids))
+        return state.replace(
+            models=_drop_empty(models, assignment),
+            assignment=assignment,
+            extra={**extra, "reclustered": True, "next_cluster": next_cluster},
+        )
+
+    def place_newcomers(
+        self, state: ServerState, newcomers: Sequence[ClientUpdate]
+    ) -> ServerState:
+        """Put each newcomer in the cluster nearest to its first update (Eq. 6)."""
+        ids = sorted(state.models)
+        targets = [state.models[c] for c in ids]
+        placed = {
+            u.client: ids[nearest_cluster(*_arrays(u), targets, self.metric)]
+            for u in newcomers
+        }
+        return state.replace(
+            assignment={**state.assignment, **placed},
+            extra={**state.extra, "pending": _pending(state) - set(placed)},
+        )
+
+    def _cluster_means(
+        self, members: Sequence[ClientUpdate], labels: Sequence[ClusterId]
+    ) -> dict[ClusterId, np.ndarray]:
+        """Eq. 5: each cluster's model is the mean of its members' new models."""
+        groups: dict[ClusterId, list[ClientUpdate]] = {}
+        for update, cluster in zip(members, labels, strict=True):
+            groups.setdefault(cluster, []).append(update)
+        means = {}
+        for cluster, group in groups.items():
+            weights = [max(u.n_samples, 0) for u in group]
+            if not self.sample_weighted or sum(weights) <= 0:
+                weights = [1] * len(group)
+            ends = [
+                base.astype(np.float64) + delta for base, delta in map(_arrays, group)
+            ]
+            means[cluster] = weighted_mean(ends, weights).astype(np.float32)
+        return means
+
+
+# -- the named steps, each testable alone ---------------------------------------
+
+
+def dunn_index(dist: np.ndarray, labels: np.ndarray) -> float:
+    """Eq. 3: the smallest distance between clients of different clusters
+    (single linkage) over the largest distance within a cluster.
+
+    NaN when undefined (one cluster, or no two clients share a cluster), +∞
+    when every within-cluster distance is 0 and some between-cluster one is not.
+    """
+    labels = np.asarray(labels)
+    same = labels[:, None] == labels[None, :]
+    between = dist[~same]
+    within = dist[same & ~np.eye(len(labels), dtype=bool)]
+    if between.size == 0 or within.size == 0:
+        return math.nan
+    low, high = float(between.min()), float(within.max())
+    if high == 0:
+        return math.inf if low > 0 else math.nan
+    return low / high
+
+
+def affinity_clusters(
+    dist: np.ndarray,
+    *,
+    damping: float = 0.5,
+    preference: float | None = None,
+    max_iter: int = 200,
+    random_state: int = 0,
+) -> np.ndarray | None:
+    """Cluster labels 0..k−1 by affinity propagation on −dist; None if it does
+    not converge even with damping 0.9 and four times the iterations.
+
+    The exemplars must stay unchanged for 7.5 / (1 − damping) iterations
+    (scikit-learn's 15 at damping 0.5) before the answer counts as converged.
+    """
+    n = dist.shape[0]
+    similarity = -np.asarray(dist, dtype=np.float64)
+    off = similarity[~np.eye(n, dtype=bool)]
+    # 1–2 clients, or all equally far apart: there is no structure to find
+    # (scikit-learn would warn and pick an arbitrary answer).
+    if n <= 2 or float(off.max()) == float(off.min()):
+        return np.zeros(n, dtype=int)
+    level = float(np.median(off)) if preference is None else float(preference)
+    tries = [(damping, max_iter), (max(damping, 0.9), 4 * max_iter)]
+    for try_damping, try_iter in tries:
+        model = AffinityPropagation(
+            affinity="precomputed",
+            damping=try_damping,
+            max_iter=try_iter,
+            # Heavier damping moves the messages more slowly, so the exemplars
+            # look stable long before they are: scikit-learn's 15 quiet
+            # iterations suit damping 0.5; wait ∝ 1 / (1 − damping).
+            convergence_iter=round(7.5 / (1 - try_damping)),
+            preference=level,
+            random_state=random_state,
+        )
+        with warnings.catch_warnings():
+            # Non-converged labels may be degenerate: treat them as no answer.
+            warnings.simplefilter("error", ConvergenceWarning)
+            try:
+                labels = model.fit(similarity).labels_
+            except ConvergenceWarning:
+                continue
+        if (labels >= 0).all():
+            return np.asarray(labels, dtype=int)
+    return None
+
+
+def match_ids(
+    old: Sequence[ClusterId], new: np.ndarray, next_cluster: int
+) -> tuple[list[ClusterId], int]:
+    """Cluster ids for new labels: each new cluster takes the old id it shares
+    most members with (ties: lower label, then lower id), each old id at most
+    once; the rest take fresh ids from `next_cluster` on.
+
+    Returns the id of each client and the next fresh id.
+    """
+    labels = [int(x) for x in new]
+    overlap = Counter(zip(labels, old, strict=True))
+    chosen: dict[int, ClusterId] = {}
+    taken: set[ClusterId] = set()
+    for (label, cluster), _ in sorted(
+        overlap.items(), key=lambda kv: (-kv[1], kv[0][0], kv[0][1])
+    ):
+        if label not in chosen and cluster not in taken:
+            chosen[label] = cluster
+            taken.add(cluster)
+    for label in sorted(set(labels) - set(chosen)):
+        chosen[label] = ClusterId(next_cluster)
+        next_cluster += 1
+    return [chosen[label] for label in labels], next_cluster
+
+
+def nearest_cluster(
+    base: np.ndarray, delta: np.ndarray, models: Sequence[np.ndarray], metric: str
+) -> int:
+    """Eq. 6: the index of the model W_C whose vector base → W_C is nearest,
+    by `metric`, to the update base → base + delta (ties: the first)."""
+    origin = np.asarray(base, dtype=np.float64)
+    steps = np.stack([np.asarray(m, np.float64) - origin for m in models] + [delta])
+    dist = pairwise_distances(origin, steps, metric)
+    return int(np.argmin(dist[-1, :-1]))
+
+
+def global_model(models: Mapping[ClusterId, np.ndarray]) -> np.ndarray:
+    """W_G: the plain mean of the cluster models, in cluster-id order."""
+    ids = sorted(models)
+    return weighted_mean([models[c] for c in ids], [1] * len(ids)).astype(np.float32)
+
+
+def _arrays(update: ClientUpdate) -> tuple[np.ndarray, np.ndarray]:
+    """(base, delta) of an update that carries them."""
+    if update.base is None or update.delta is None:
+        raise ValueError(f"the update of client {update.client} carries no model")
+    return update.base, update.delta
+
+
+def _pending(state: ServerState) -> frozenset[ClientId]:
+    return frozenset(state.extra.get("pending", frozenset()))
+
+
+def _next_cluster(state: ServerState) -> int:
+    return max(int(state.extra.get("next_cluster", 0)), max(state.models) + 1)
+
+
+def _drop_empty(
+    models: Mapping[ClusterId, np.ndarray], assignment: Mapping[ClientId, ClusterId]
+) -> dict[ClusterId, np.ndarray]:
+    """The models of clusters that hold a client; all of them if none does, so
+    there is always a W_G for newcomers."""
+    used = set(assignment.values())
+    kept = {c: m for c, m in models.items() if c in used}
+    return kept if kept else dict(models)
