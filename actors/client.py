@@ -10,6 +10,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from clusterfed.algorithms import Candidate
 from clusterfed.protocol import (
     ClusterfedError,
     Envelope,
@@ -26,6 +27,7 @@ from clusterfed.protocol import (
     decode,
     encode,
 )
+from clusterfed.types import ClusterId
 
 from . import work
 from .clock import compute_s
@@ -115,13 +117,16 @@ class Client:
 
     async def _serve(self, request: Envelope) -> Message:
         match request.payload:
-            case TrainTask(models=models, config=config):
-                chosen = models[0]
-                result = await self.offload(
-                    work.train, self.spec, chosen.weights, config, request.round
+            case TrainTask(models=models, config=config, identity=identity):
+                candidates = [
+                    Candidate(ClusterId(m.cluster), m.weights, m.last_update)
+                    for m in models
+                ]
+                cluster, result = await self.offload(
+                    work.train, self.spec, candidates, identity, config, request.round
                 )
                 return UpdateReply(
-                    cluster=chosen.cluster,
+                    cluster=cluster,
                     delta=result.delta,
                     n_samples=result.n_samples,
                     loss=result.loss,

@@ -24,6 +24,7 @@ from clusterfed.protocol import (
     ErrorReply,
     EvaluateReply,
     EvaluateTask,
+    IdentityRule,
     JoinRequest,
     LeaveNotice,
     Message,
@@ -245,7 +246,7 @@ class ParameterServer:
     def _tasks(self, plans: Sequence[TaskPlan]) -> list[TrainTask]:
         """One task per plan; plans that send the same models share one object,
         so the codec packs each model once per round."""
-        models: dict[tuple[int, int], ClusterModel] = {}
+        models: dict[tuple[int, int, int], ClusterModel] = {}
         configs: dict[tuple[Any, ...], TrainConfig] = {(): self.train_config}
         tasks: dict[tuple[Any, ...], TrainTask] = {}
         result = []
@@ -255,15 +256,31 @@ class ParameterServer:
                 configs[changes] = TrainConfig.model_validate(
                     {**self.train_config.model_dump(), **plan.overrides}
                 )
-            key = (changes, *((k, id(w)) for k, w in plan.models.items()))
-            task = tasks.get(key)
-            if task is None:
-                sent = tuple(
-                    models.setdefault((k, id(w)), ClusterModel(cluster=k, weights=w))
-                    for k, w in plan.models.items()
+            sent = []
+            for k, weights in plan.models.items():
+                last = plan.last_updates.get(k)
+                key = (k, id(weights), id(last))
+                if key not in models:
+                    models[key] = ClusterModel(
+                        cluster=k, weights=weights, last_update=last
+                    )
+                sent.append(models[key])
+            identity = (
+                IdentityRule(name=plan.identity, params=dict(plan.identity_params))
+                if plan.identity is not None
+                else None
+            )
+            task_key = (
+                changes,
+                tuple(id(m) for m in sent),
+                plan.identity,
+                tuple(sorted(plan.identity_params.items())),
+            )
+            if task_key not in tasks:
+                tasks[task_key] = TrainTask(
+                    models=tuple(sent), config=configs[changes], identity=identity
                 )
-                task = tasks[key] = TrainTask(models=sent, config=configs[changes])
-            result.append(task)
+            result.append(tasks[task_key])
         return result
 
     def _judge_update(self, plan: TaskPlan, exchange: Exchange) -> ClientUpdate:
@@ -424,7 +441,7 @@ class ParameterServer:
 def build_server(
     spec: ServerSpec, transport: Transport, profiles: Mapping[ClientId, DeviceProfile]
 ) -> ParameterServer:
-    return ParameterServer(
+    server = ParameterServer(
         strategy=make(spec.algorithm, **spec.algorithm_params),
         initial=spec.initial,
         train_config=spec.train_config,
@@ -435,3 +452,7 @@ def build_server(
         task_timeout_s=spec.task_timeout_s,
         max_message_bytes=spec.max_message_bytes,
     )
+    if spec.more_initial:
+        models = [spec.initial, *spec.more_initial]
+        server.state = server.strategy.with_initial_models(server.state, models)
+    return server

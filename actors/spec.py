@@ -84,6 +84,10 @@ class ServerSpec(BaseModel):
     algorithm: str
     algorithm_params: dict[str, Any] = Field(default_factory=dict)
     initial: np.ndarray
+    more_initial: list[np.ndarray] = Field(
+        default_factory=list,
+        description="more independent initial models, for strategies that ask",
+    )
     train_config: TrainConfig
     seed: int
     deadline: DeadlinePolicy = Field(default_factory=WaitAll)

@@ -20,6 +20,8 @@ from clusterfed.models import get_flat, set_flat
 from clusterfed.protocol import TrainConfig
 from clusterfed.seeding import derive_seed
 
+PROBE_KEY = 1  # keeps the probe's mini-batch stream apart from training's
+
 
 @dataclass(frozen=True)
 class TrainResult:
@@ -95,6 +97,33 @@ class LocalTrainer:
                 optimizer.step()
         delta = get_flat(self.model) - weights
         return TrainResult(delta, total_loss / seen, n, seen)
+
+    @torch.no_grad()
+    def loss(self, weights: np.ndarray) -> float:
+        """Mean loss of `weights` over the training samples."""
+        set_flat(self.model, weights)
+        self.model.eval()
+        return F.cross_entropy(self.model(self.x_train), self.y_train).item()
+
+    def batch_loss_and_gradient(
+        self, weights: np.ndarray, batch_size: int, round: int
+    ) -> tuple[float, np.ndarray]:
+        """Mean loss and its flat gradient on one mini-batch of the round.
+
+        The batch is drawn from a stream of its own, the same for every
+        candidate model of the round, so candidates are compared on equal data.
+        """
+        set_flat(self.model, weights)
+        self.model.train()
+        generator = torch.Generator().manual_seed(
+            derive_seed(self.seed, round, PROBE_KEY)
+        )
+        batch = torch.randperm(self.n_train, generator=generator)[:batch_size]
+        self.model.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(self.model(self.x_train[batch]), self.y_train[batch])
+        loss.backward()
+        gradient = torch.cat([p.grad.reshape(-1) for p in self.model.parameters()])  # type: ignore[union-attr]
+        return loss.item(), gradient.numpy().astype(np.float32, copy=True)
 
     @torch.no_grad()
     def evaluate(self, weights: np.ndarray) -> EvalResult:

@@ -3,18 +3,22 @@
 A trainer keeps nothing between tasks that matters (the weights come with the
 task, the shuffling stream is derived from the round), so any thread or
 worker process can serve any client: each process keeps a cache of trainers,
-rebuilt when a client's spec changes.
+rebuilt when a client's data changes.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import torch
 
-from clusterfed.protocol import TrainConfig
+from clusterfed.algorithms import Candidate, make_policy
+from clusterfed.protocol import IdentityRule, TrainConfig
+from clusterfed.types import ClusterId
 
 from .spec import ClientSpec, build_trainer
 from .trainer import EvalResult, LocalTrainer, TrainResult
@@ -37,9 +41,25 @@ def trainer_for(spec: ClientSpec) -> LocalTrainer:
 
 
 def train(
-    spec: ClientSpec, weights: np.ndarray, config: TrainConfig, round: int
-) -> TrainResult:
-    return trainer_for(spec).train(weights, config, round)
+    spec: ClientSpec,
+    candidates: Sequence[Candidate],
+    identity: IdentityRule | None,
+    config: TrainConfig,
+    round: int,
+) -> tuple[ClusterId, TrainResult]:
+    """Pick a candidate (by the identity policy, if several) and train it."""
+    trainer = trainer_for(spec)
+    chosen = candidates[0]
+    probe = _Probe(trainer, config.batch_size)
+    if identity is not None and len(candidates) > 1:
+        policy = make_policy(identity.name, identity.params)
+        cluster = policy.choose(probe, candidates, round)
+        chosen = next(c for c in candidates if c.cluster == cluster)
+    result = trainer.train(chosen.weights, config, round)
+    # Probing costs simulated compute too: count its samples like training's.
+    return chosen.cluster, replace(
+        result, samples_seen=result.samples_seen + probe.samples
+    )
 
 
 def evaluate(spec: ClientSpec, weights: np.ndarray) -> EvalResult:
@@ -50,3 +70,22 @@ def init_worker() -> None:
     """Start-up of a pool worker process: one torch thread, no inherited cache."""
     torch.set_num_threads(1)
     _trainers.clear()
+
+
+class _Probe:
+    """The client's data as an identity policy may see it (a `ClientProbe`)."""
+
+    def __init__(self, trainer: LocalTrainer, batch_size: int) -> None:
+        self.trainer = trainer
+        self.batch_size = batch_size
+        self.samples = 0
+
+    def loss(self, weights: np.ndarray) -> float:
+        self.samples += self.trainer.n_train
+        return self.trainer.loss(weights)
+
+    def batch_loss_and_gradient(
+        self, weights: np.ndarray, round: int
+    ) -> tuple[float, np.ndarray]:
+        self.samples += min(self.batch_size, self.trainer.n_train)
+        return self.trainer.batch_loss_and_gradient(weights, self.batch_size, round)

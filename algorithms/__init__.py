@@ -4,25 +4,33 @@ from __future__ import annotations
 
 from ._aggregate import average_per_cluster, weighted_mean
 from .base import (
+    Candidate,
     ClientInfo,
+    ClientProbe,
     ClientUpdate,
+    IdentityPolicy,
     ServerState,
     Strategy,
     TaskPlan,
     UpdateStatus,
 )
-from .registry import algorithms, make, parameters
+from .registry import algorithms, identity_policies, make, make_policy, parameters
 
 __all__ = [
+    "Candidate",
     "ClientInfo",
+    "ClientProbe",
     "ClientUpdate",
+    "IdentityPolicy",
     "ServerState",
     "Strategy",
     "TaskPlan",
     "UpdateStatus",
     "algorithms",
     "average_per_cluster",
+    "identity_policies",
     "make",
+    "make_policy",
     "parameters",
     "weighted_mean",
 ]

@@ -12,7 +12,7 @@ import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
 import numpy as np
 
@@ -38,12 +38,19 @@ class TaskPlan:
     `models` maps cluster ids to flat weight vectors; a client trains the only
     one, or chooses among several when its policy does (IFCA-like).
     `overrides` replaces fields of the run's `TrainConfig` for this task only,
-    e.g. `{"epochs": 5}` for a longer first round.
+    e.g. `{"epochs": 5}` for a longer first round. With several models,
+    `identity` names the `IdentityPolicy` the client runs to pick one (with
+    `identity_params`), and `last_updates` gives it each cluster's last change.
     """
 
     client: ClientId
     models: Mapping[ClusterId, np.ndarray]
     overrides: Mapping[str, Any] = field(default_factory=dict)
+    identity: str | None = None
+    identity_params: Mapping[str, float | int | str | bool] = field(
+        default_factory=dict
+    )
+    last_updates: Mapping[ClusterId, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -107,9 +114,21 @@ class Strategy(ABC):
 
     name: ClassVar[str]
 
+    @property
+    def initial_models(self) -> int:
+        """How many independently initialised models the strategy starts from."""
+        return 1
+
     def init_state(self, initial: np.ndarray, rng: np.random.Generator) -> ServerState:
         """The state before any client joins: one cluster holding `initial`."""
         return ServerState(models={ClusterId(0): initial}, assignment={}, rng=rng)
+
+    def with_initial_models(
+        self, state: ServerState, models: Sequence[np.ndarray]
+    ) -> ServerState:
+        """Called after `init_state` with `initial_models` fresh models (the
+        first is `initial`) when a strategy asks for more than one."""
+        return state
 
     def on_join(self, state: ServerState, client: ClientInfo) -> ServerState:
         """A client joined: by default it belongs to the lowest cluster id."""
@@ -146,3 +165,43 @@ class Strategy(ABC):
     def plan_for(self, state: ServerState, client: ClientId) -> TaskPlan:
         cluster, weights = self.model_for(state, client)
         return TaskPlan(client=client, models={cluster: weights})
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One model a client may pick: its cluster, weights and last change."""
+
+    cluster: ClusterId
+    weights: np.ndarray
+    last_update: np.ndarray | None = None
+
+
+class ClientProbe(Protocol):
+    """What an identity policy may ask of the client's own data."""
+
+    def loss(self, weights: np.ndarray) -> float:
+        """Mean loss of `weights` over the client's training samples."""
+        ...
+
+    def batch_loss_and_gradient(
+        self, weights: np.ndarray, round: int
+    ) -> tuple[float, np.ndarray]:
+        """Mean loss and its gradient (flat) on one mini-batch of the round."""
+        ...
+
+
+class IdentityPolicy(ABC):
+    """A cluster-identity choice that runs inside the client actor.
+
+    The server sends several candidate models and the policy's name; the
+    client picks one with its own data and trains it. Subclasses set `name`;
+    their keyword-only `__init__` arguments are the policy's parameters.
+    """
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def choose(
+        self, probe: ClientProbe, candidates: Sequence[Candidate], round: int
+    ) -> ClusterId:
+        """The cluster whose model the client trains this round."""

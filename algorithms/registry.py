@@ -9,23 +9,53 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
+from collections.abc import Mapping
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 from clusterfed.errors import ConfigError
 
-from .base import Strategy
+from .base import IdentityPolicy, Strategy
+
+T = TypeVar("T", Strategy, IdentityPolicy)
 
 
 @cache
 def algorithms() -> dict[str, type[Strategy]]:
     """Name → strategy class, for every algorithm module in this package."""
+    return _named_subclasses(Strategy)  # type: ignore[type-abstract]
+
+
+@cache
+def identity_policies() -> dict[str, type[IdentityPolicy]]:
+    """Name → client-side identity policy, for every module in this package."""
+    return _named_subclasses(IdentityPolicy)  # type: ignore[type-abstract]
+
+
+def make_policy(name: str, params: Mapping[str, Any]) -> IdentityPolicy:
+    """A new identity policy `name` with `params`.
+
+    Raises:
+        ConfigError: unknown name or bad parameters.
+    """
+    known = identity_policies()
+    if name not in known:
+        raise ConfigError(
+            f"unknown identity policy {name!r}; known: {', '.join(known)}"
+        )
+    try:
+        return known[name](**params)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"identity policy {name}: {exc}") from exc
+
+
+def _named_subclasses(base: type[T]) -> dict[str, type[T]]:
     package = __name__.rsplit(".", 1)[0]
     for module in pkgutil.iter_modules(importlib.import_module(package).__path__):
         if not module.name.startswith("_") and module.name != "registry":
             importlib.import_module(f"{package}.{module.name}")
-    found: dict[str, type[Strategy]] = {}
-    stack = list(Strategy.__subclasses__())
+    found: dict[str, type[T]] = {}
+    stack = list(base.__subclasses__())
     while stack:
         cls = stack.pop()
         stack.extend(cls.__subclasses__())

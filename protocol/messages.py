@@ -35,10 +35,23 @@ class TrainConfig(_Frozen):
 
 
 class ClusterModel(_Frozen):
-    """The flat weights of one cluster's model."""
+    """The flat weights of one cluster's model, and its last update if asked."""
 
     cluster: NonNegInt
     weights: FlatVector
+    last_update: FlatVector | None = Field(
+        None, description="the cluster model's change in its last round"
+    )
+
+
+PolicyParam = float | int | str | bool
+
+
+class IdentityRule(_Frozen):
+    """How a client picks one of several models: a policy name and its params."""
+
+    name: str = Field(min_length=1, max_length=64)
+    params: dict[str, PolicyParam] = Field(default_factory=dict)
 
 
 class JoinRequest(_Frozen):
@@ -67,11 +80,12 @@ class Welcome(_Frozen):
 
 
 class TrainTask(_Frozen):
-    """Train from one of `models` (the first, unless the client chooses)."""
+    """Train from one of `models`: the only one, or the one `identity` picks."""
 
     kind: Literal["train_task"] = "train_task"
     models: tuple[ClusterModel, ...] = Field(min_length=1)
     config: TrainConfig
+    identity: IdentityRule | None = None
 
 
 class UpdateReply(_Frozen):

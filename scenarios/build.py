@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from clusterfed.actors import ClientSpec, ServerSpec
+from clusterfed.algorithms import make
 from clusterfed.data import ClientSplit, Dataset, Partition, holdout, load_dataset
 from clusterfed.data import partition as partitioners
 from clusterfed.errors import ClusterfedError, ScenarioError
@@ -94,13 +95,19 @@ def plan_run(scenario: Scenario) -> RunPlan:
         joiner_groups = _joiner_partition_groups(scenario)
         partition, initial, joiners = _partition(scenario, data, joiner_groups, rng)
         splits = holdout(partition, scenario.test_fraction, rng)
-        model = build_model(
-            scenario.model.name,
-            data.input_shape,
-            data.n_classes,
-            seed=derive_seed(scenario.seed, MODEL_STREAM),
-            **scenario.model.params,
-        )
+        strategy = make(scenario.algorithm, **scenario.params_of(scenario.algorithm))
+        models = [
+            get_flat(
+                build_model(
+                    scenario.model.name,
+                    data.input_shape,
+                    data.n_classes,
+                    seed=derive_seed(scenario.seed, MODEL_STREAM, *([k] if k else [])),
+                    **scenario.model.params,
+                )
+            )
+            for k in range(strategy.initial_models)
+        ]
     except ScenarioError:
         raise
     except ClusterfedError as exc:
@@ -114,7 +121,8 @@ def plan_run(scenario: Scenario) -> RunPlan:
     server = ServerSpec(
         algorithm=scenario.algorithm,
         algorithm_params=scenario.params_of(scenario.algorithm),
-        initial=get_flat(model),
+        initial=models[0],
+        more_initial=models[1:],
         train_config=scenario.train,
         seed=scenario.seed,
         deadline=scenario.deadline,

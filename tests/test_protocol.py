@@ -16,6 +16,7 @@ from clusterfed.protocol import (
     ErrorReply,
     EvaluateReply,
     EvaluateTask,
+    IdentityRule,
     JoinRequest,
     LeaveNotice,
     ProtocolError,
@@ -38,10 +39,11 @@ PAYLOADS = [
     Welcome(client_id=3, cluster=0),
     TrainTask(
         models=(
-            ClusterModel(cluster=0, weights=WEIGHTS),
+            ClusterModel(cluster=0, weights=WEIGHTS, last_update=WEIGHTS / 10),
             ClusterModel(cluster=1, weights=-WEIGHTS),
         ),
         config=TrainConfig(lr=0.1, mu=0.01),
+        identity=IdentityRule(name="gradloss", params={"lam": 0.2}),
     ),
     UpdateReply(cluster=1, delta=WEIGHTS * 0.5, n_samples=40, loss=0.7, compute_s=0.2),
     EvaluateTask(model=ClusterModel(cluster=0, weights=WEIGHTS)),

@@ -23,6 +23,11 @@ def _joined(name: str, seed: int = 0) -> tuple[object, ServerState, list[ClientI
     strategy = make(name)
     initial = np.random.default_rng(1).standard_normal(DIM).astype(np.float32)
     state = strategy.init_state(initial, np.random.default_rng(seed))
+    if strategy.initial_models > 1:
+        more = np.random.default_rng(2).standard_normal(
+            (strategy.initial_models - 1, DIM)
+        )
+        state = strategy.with_initial_models(state, [initial, *more.astype(np.float32)])
     clients = [ClientInfo(ClientId(i), n_train=20 + i) for i in range(6)]
     for client in clients:
         state = strategy.on_join(state, client)
