@@ -1,9 +1,12 @@
 """Client actors hosted in worker processes of the local runtime.
 
-Each worker is a forked process that serves the protocol bytes of any client
-(it builds the client from its spec the first time it sees it), so training
-and the client half of the codec run on all cores. Between the event loop and
-a worker, frames carry the encoded protocol message unchanged:
+Each worker is a forked process that hosts a fixed share of the clients. A
+client stays on the worker it was first given, so whatever it keeps between
+rounds (a privacy accountant, say) stays with it; a new client goes to the
+worker with the fewest training samples, which balances the rounds. Training
+and the client half of the codec run on all cores. Requests are pipelined: a
+worker finds its next request waiting as soon as it replies. Between the event
+loop and a worker, frames carry the encoded protocol message unchanged:
 
     header: kind (1 byte), client id (8), body length (8), little-endian
     register: body = the client's spec as JSON    (no reply)
@@ -17,6 +20,7 @@ import asyncio
 import multiprocessing
 import socket
 import struct
+from collections import deque
 from collections.abc import Sequence
 from multiprocessing.process import BaseProcess
 
@@ -29,6 +33,7 @@ from .client import Client
 from .spec import ClientSpec
 
 _HEADER = struct.Struct("<BQQ")
+_BUFFER = 8 * 1024 * 1024
 REGISTER, DELIVER, REPLY, ERROR, STOP = 1, 2, 3, 4, 5
 
 
@@ -40,6 +45,10 @@ class _Worker:
     def __init__(self, index: int) -> None:
         self.index = index
         ours, theirs = socket.socketpair()
+        for end in (ours, theirs):
+            # A whole model in one send: fewer system calls and wake-ups.
+            end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _BUFFER)
+            end.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _BUFFER)
         context = multiprocessing.get_context("fork")
         self.process: BaseProcess = context.Process(
             target=_serve,
@@ -51,29 +60,51 @@ class _Worker:
         theirs.close()
         self._socket = ours
         self.known: dict[int, ClientSpec] = {}
-        self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
+        # Requests are pipelined: the worker answers frames in order, so each
+        # reply resolves the oldest waiting future; the next request is already
+        # in the worker's socket while it trains.
+        self._waiting: deque[asyncio.Future[bytes]] = deque()
+        self._reading: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
-        self.reader, self.writer = await asyncio.open_connection(sock=self._socket)
+        reader, self.writer = await asyncio.open_connection(sock=self._socket)
+        self._reading = asyncio.create_task(self._read_replies(reader))
 
     async def call(self, spec: ClientSpec, data: bytes) -> bytes:
-        assert self.reader is not None and self.writer is not None
+        assert self.writer is not None
+        if self._reading is None or self._reading.done():
+            raise WorkerDied(f"worker process {self.index} died")
+        reply = asyncio.get_running_loop().create_future()
         if self.known.get(spec.id) is not spec:
             body = spec.model_dump_json().encode()
             self.writer.write(_HEADER.pack(REGISTER, spec.id, len(body)) + body)
             self.known[spec.id] = spec
-        self.writer.write(_HEADER.pack(DELIVER, spec.id, len(data)))
-        self.writer.write(data)
+        self.writer.writelines([_HEADER.pack(DELIVER, spec.id, len(data)), data])
+        self._waiting.append(reply)
         try:
             await self.writer.drain()
-            kind, _, size = _HEADER.unpack(await self.reader.readexactly(_HEADER.size))
-            body = await self.reader.readexactly(size)
-        except (ConnectionError, asyncio.IncompleteReadError) as exc:
+        except ConnectionError as exc:
             raise WorkerDied(f"worker process {self.index} died") from exc
-        if kind == ERROR:
-            raise RuntimeError(f"worker {self.index}: {body.decode(errors='replace')}")
-        return body
+        return await reply
+
+    async def _read_replies(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                header = await reader.readexactly(_HEADER.size)
+                kind, _, size = _HEADER.unpack(header)
+                body = await reader.readexactly(size)
+                reply = self._waiting.popleft()
+                if kind == ERROR:
+                    text = body.decode(errors="replace")
+                    reply.set_exception(RuntimeError(f"worker {self.index}: {text}"))
+                else:
+                    reply.set_result(body)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            while self._waiting:
+                self._waiting.popleft().set_exception(
+                    WorkerDied(f"worker process {self.index} died")
+                )
 
     async def stop(self) -> None:
         if self.writer is not None:
@@ -86,6 +117,9 @@ class _Worker:
         await asyncio.to_thread(self.process.join, 5)
         if self.process.is_alive():
             self.process.kill()
+        if self._reading is not None:
+            self._reading.cancel()
+            await asyncio.gather(self._reading, return_exceptions=True)
 
 
 class ProcessHosts:
@@ -96,42 +130,46 @@ class ProcessHosts:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.n_workers = workers
         self.specs: dict[ClientId, ClientSpec] = {}
-        self._workers: list[_Worker] = []
-        self._idle: asyncio.Queue[_Worker] = asyncio.Queue()
+        self.home: dict[ClientId, int] = {}
+        self._load = [0] * workers
+        self._workers: dict[int, _Worker] = {}
 
     async def start(self) -> None:
         for index in range(self.n_workers):
             await self._spawn(index)
 
     def add(self, specs: Sequence[ClientSpec]) -> None:
-        for spec in specs:
-            self.specs[ClientId(spec.id)] = spec
+        """Host clients (or replace their specs); larger clients are placed first."""
+        for spec in sorted(specs, key=lambda s: (-len(s.train), s.id)):
+            client = ClientId(spec.id)
+            self.specs[client] = spec
+            if client not in self.home:
+                worker = min(range(self.n_workers), key=lambda w: (self._load[w], w))
+                self.home[client] = worker
+                self._load[worker] += len(spec.train)
 
     async def request(self, client: ClientId, data: bytes) -> bytes:
         spec = self.specs.get(client)
         if spec is None:
             raise LookupError(f"no client {client} in this runtime")
-        worker = await self._idle.get()
+        worker = self._workers[self.home[client]]
         try:
-            reply = await worker.call(spec, data)
+            return await worker.call(spec, data)
         except WorkerDied:
-            await self._spawn(worker.index)  # replace it; this request failed
+            # Replace it (once); this request failed, and the clients it hosted
+            # start afresh (their specs are sent again on first use).
+            if self._workers.get(worker.index) is worker:
+                await self._spawn(worker.index)
             raise
-        except BaseException:
-            self._idle.put_nowait(worker)
-            raise
-        self._idle.put_nowait(worker)
-        return reply
 
     async def close(self) -> None:
-        workers, self._workers = self._workers, []
+        workers, self._workers = list(self._workers.values()), {}
         await asyncio.gather(*(w.stop() for w in workers))
 
     async def _spawn(self, index: int) -> None:
         worker = _Worker(index)
         await worker.connect()
-        self._workers = [w for w in self._workers if w.index != index] + [worker]
-        self._idle.put_nowait(worker)
+        self._workers[index] = worker
 
 
 def _serve(sock: socket.socket) -> None:
