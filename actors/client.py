@@ -31,6 +31,7 @@ from clusterfed.types import ClusterId
 
 from . import work
 from .clock import compute_s
+from .privacy import PrivacyBudgetError
 from .spec import ClientSpec
 
 T = TypeVar("T")
@@ -98,6 +99,8 @@ class Client:
             )
         try:
             reply = await self._serve(request)
+        except PrivacyBudgetError as exc:
+            reply = ErrorReply(code="budget_spent", message=str(exc))
         except ClusterfedError as exc:
             reply = ErrorReply(code="refused", message=str(exc))
         except Exception as exc:  # a bug or a bad task must not kill the actor
@@ -133,6 +136,7 @@ class Client:
                     compute_s=compute_s(
                         self.spec.profile, result.samples_seen, self.spec.slowdown
                     ),
+                    epsilon=result.epsilon,
                 )
             case EvaluateTask(model=model):
                 scores = await self.offload(work.evaluate, self.spec, model.weights)

@@ -80,6 +80,7 @@ class ClientOutcome:
     bytes_up: int = 0
     bytes_down: int = 0
     sim_s: float = 0.0
+    epsilon: float | None = None  # local DP: the ε it last reported spending
 
 
 @dataclass
@@ -89,6 +90,7 @@ class RoundOutcome:
     clients: list[ClientOutcome]
     n_clusters: int
     rejections: list[str] = field(default_factory=list)
+    epsilon_max: float | None = None  # the most ε any client has spent so far
 
     @property
     def bytes_up(self) -> int:
@@ -154,6 +156,8 @@ class ParameterServer:
         self.round = 0
         self._ids = itertools.count()
         self._rejections: list[str] = []  # drained into each round's outcome
+        # Local DP: the ε each client (present or gone) last reported spending.
+        self.epsilon: dict[ClientId, float] = {}
 
     # -- inbound messages (joins) ---------------------------------------------
 
@@ -184,8 +188,11 @@ class ParameterServer:
         return self._encode(reply, request.sender, request.round, request.msg_id)
 
     def join(self, client: ClientInfo) -> ClusterId | None:
-        self.clients[client.id] = client
-        self.state = self.strategy.on_join(self.state, client)
+        """Register a client; one that joins again (back from a restart)
+        keeps its place and its cluster."""
+        if client.id not in self.clients:
+            self.clients[client.id] = client
+            self.state = self.strategy.on_join(self.state, client)
         return self.state.assignment.get(client.id)
 
     def leave(self, client: ClientId) -> None:
@@ -221,6 +228,7 @@ class ParameterServer:
             outcome.rejected = update.status == "rejected"
             outcome.train_loss = update.loss
             outcome.sim_s = durations[plan.client] or 0.0
+            self._note_epsilon(plan.client, exchange)
             self._book(
                 outcome, replace(exchange, status=update.status, reason=update.reason)
             )
@@ -229,6 +237,7 @@ class ParameterServer:
         await self._evaluate(active, outcomes, round)
         for outcome in outcomes.values():
             outcome.cluster = self.state.assignment.get(outcome.id)
+            outcome.epsilon = self.epsilon.get(outcome.id)
         rejections, self._rejections = self._rejections, []
         return RoundOutcome(
             round=round,
@@ -236,6 +245,7 @@ class ParameterServer:
             clients=list(outcomes.values()),
             n_clusters=self.state.n_clusters,
             rejections=rejections,
+            epsilon_max=max(self.epsilon.values(), default=None),
         )
 
     async def shutdown(self) -> None:
@@ -303,6 +313,16 @@ class ParameterServer:
             n_samples=reply.n_samples,
             loss=reply.loss,
         )
+
+    def _note_epsilon(self, client: ClientId, exchange: Exchange) -> None:
+        """Keep the ε a client reports; a late update was trained all the same."""
+        reply = exchange.reply.payload if exchange.reply is not None else None
+        if (
+            exchange.status == "ok"
+            and isinstance(reply, UpdateReply)
+            and reply.epsilon is not None
+        ):
+            self.epsilon[client] = reply.epsilon
 
     def _check_update(self, payload: Message, plan: TaskPlan) -> str | None:
         if not isinstance(payload, UpdateReply):

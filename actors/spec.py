@@ -6,7 +6,7 @@ worker; the worker loads the dataset once and slices its client's samples.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -19,7 +19,35 @@ from clusterfed.models import build_model
 from clusterfed.protocol import MAX_MESSAGE_BYTES, TrainConfig
 
 from .clock import DeadlinePolicy, DeviceProfile, WaitAll
+from .privacy import PrivateTraining, private_model
 from .trainer import LocalTrainer
+
+Accountant = Literal["rdp", "prv", "gdp"]
+
+
+class PrivacyPlan(BaseModel):
+    """A client's local DP: its budget and the noise planned to spend it.
+
+    `noise_multiplier` is Opacus' σ for `steps` DP-SGD steps at
+    `sample_rate`: the client's planned rounds × local epochs × steps per
+    epoch. A client that would go past ε refuses to train.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    epsilon: float = Field(gt=0, allow_inf_nan=False)
+    delta: float = Field(gt=0, lt=1)
+    max_grad_norm: float = Field(gt=0, allow_inf_nan=False)
+    accountant: Accountant = "rdp"
+    noise_multiplier: float = Field(ge=0, allow_inf_nan=False)
+    rounds: int = Field(ge=1, description="the rounds it planned for")
+    sample_rate: float = Field(gt=0, le=1)
+    steps: int = Field(ge=1, description="the DP-SGD steps it planned for")
+    run_id: str = Field(
+        min_length=1,
+        description="the run these books belong to: an accountant never"
+        " carries over from one run to another",
+    )
 
 
 class ClientSpec(BaseModel):
@@ -42,6 +70,7 @@ class ClientSpec(BaseModel):
         None, description="preference skew: label y is read as label_permutation[y]"
     )
     slowdown: float = Field(1.0, gt=0, description="straggler factor on compute time")
+    privacy: PrivacyPlan | None = Field(None, description="local DP; None: off")
 
     def data_key(self) -> dict[str, Any]:
         """The fields a trainer is built from; the others change no tensor."""
@@ -54,6 +83,16 @@ def build_trainer(spec: ClientSpec) -> LocalTrainer:
     model = build_model(
         spec.model, data.input_shape, data.n_classes, **spec.model_params
     )
+    privacy = None
+    if spec.privacy is not None:
+        model = private_model(model)
+        privacy = PrivateTraining(
+            epsilon=spec.privacy.epsilon,
+            delta=spec.privacy.delta,
+            max_grad_norm=spec.privacy.max_grad_norm,
+            noise_multiplier=spec.privacy.noise_multiplier,
+            accountant=spec.privacy.accountant,
+        )
     y = data.y
     if spec.label_permutation is not None:
         if sorted(spec.label_permutation) != list(range(data.n_classes)):
@@ -66,7 +105,9 @@ def build_trainer(spec: ClientSpec) -> LocalTrainer:
     x_train, x_test = data.x[train], data.x[test]
     if spec.rotation % 360:
         x_train, x_test = rotate(x_train, spec.rotation), rotate(x_test, spec.rotation)
-    return LocalTrainer(model, x_train, y[train], x_test, y[test], seed=spec.seed)
+    return LocalTrainer(
+        model, x_train, y[train], x_test, y[test], seed=spec.seed, privacy=privacy
+    )
 
 
 def rotate(images: torch.Tensor, degrees: float) -> torch.Tensor:

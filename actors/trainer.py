@@ -4,6 +4,12 @@ It owns one model and the client's tensors; a task loads the received weights,
 runs plain minibatch SGD and returns the delta. The shuffling stream of a task
 is derived from the client's seed and the round, so a result never depends on
 which thread, process or Ray actor ran it.
+
+With local differential privacy the trainer holds a `PrivateTraining`
+(`privacy.py`) and trains with Opacus' DP-SGD: Poisson sampling, per-sample
+clipping, Gaussian noise, every step counted by the client's accountant. The
+sampling and noise streams derive from the seed and the round too, so a
+private run is as reproducible as any other.
 """
 
 from __future__ import annotations
@@ -15,12 +21,17 @@ import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.utils.data import DataLoader, TensorDataset
 
 from clusterfed.models import get_flat, set_flat
 from clusterfed.protocol import TrainConfig
 from clusterfed.seeding import derive_seed
 
+from .privacy import PrivateTraining, poisson_steps, quiet_opacus
+
 PROBE_KEY = 1  # keeps the probe's mini-batch stream apart from training's
+DP_SAMPLING_KEY = 2  # the Poisson sampling stream of a private round
+DP_NOISE_KEY = 3  # the Gaussian noise stream of a private round
 
 
 @dataclass(frozen=True)
@@ -29,6 +40,7 @@ class TrainResult:
     loss: float
     n_samples: int
     samples_seen: int
+    epsilon: float | None = None  # privacy spent so far, with DP
 
 
 @dataclass(frozen=True)
@@ -48,6 +60,7 @@ class LocalTrainer:
         y_test: torch.Tensor,
         *,
         seed: int,
+        privacy: PrivateTraining | None = None,
     ) -> None:
         if len(y_train) == 0 or len(y_test) == 0:
             raise ValueError("a client needs at least one train and one test sample")
@@ -55,6 +68,8 @@ class LocalTrainer:
         self.x_train, self.y_train = x_train, y_train
         self.x_test, self.y_test = x_test, y_test
         self.seed = seed
+        self.privacy = privacy
+        self._train_set = TensorDataset(x_train, y_train)
 
     @property
     def n_train(self) -> int:
@@ -67,7 +82,14 @@ class LocalTrainer:
     def train(
         self, weights: np.ndarray, config: TrainConfig, round: int
     ) -> TrainResult:
-        """Train from `weights` for `config.epochs` epochs; return the delta."""
+        """Train from `weights` for `config.epochs` epochs; return the delta.
+
+        Raises:
+            PrivacyBudgetError: with DP, when this task would spend more than
+                the client's budget (nothing is trained then).
+        """
+        if self.privacy is not None:
+            return self._train_private(weights, config, round, self.privacy)
         set_flat(self.model, weights)
         self.model.train()
         params = list(self.model.parameters())
@@ -97,6 +119,89 @@ class LocalTrainer:
                 optimizer.step()
         delta = get_flat(self.model) - weights
         return TrainResult(delta, total_loss / seen, n, seen)
+
+    def check_budget(self, config: TrainConfig) -> float | None:
+        """The ε spent after a task with `config`; None without DP.
+
+        Raises:
+            PrivacyBudgetError: the task would exceed the budget.
+        """
+        if self.privacy is None:
+            return None
+        rate, steps = poisson_steps(self.n_train, config.batch_size)
+        return self.privacy.check(rate, steps * config.epochs)
+
+    def _train_private(
+        self,
+        weights: np.ndarray,
+        config: TrainConfig,
+        round: int,
+        privacy: PrivateTraining,
+    ) -> TrainResult:
+        """DP-SGD through Opacus: Poisson batches, clipped per-sample
+        gradients, Gaussian noise, every step counted by the accountant.
+
+        The model is wrapped in a `GradSampleModule` for the round only and
+        unwrapped after it: the wrapper shares the model's parameters, so the
+        delta is read from the model itself in its usual flat layout, and no
+        hook is left behind for evaluation or the identity probes.
+        """
+        self.check_budget(config)
+        set_flat(self.model, weights)
+        self.model.train()
+        params = list(self.model.parameters())
+        start = [p.detach().clone() for p in params] if config.mu > 0 else None
+        # A fresh optimizer per round, as without DP (momentum starts at zero).
+        optimizer = torch.optim.SGD(
+            params,
+            lr=config.lr,
+            momentum=config.momentum,
+            weight_decay=config.weight_decay,
+        )
+        loader = DataLoader(
+            self._train_set,
+            batch_size=config.batch_size,
+            generator=torch.Generator().manual_seed(
+                derive_seed(self.seed, round, DP_SAMPLING_KEY)
+            ),
+        )
+        noise = torch.Generator().manual_seed(
+            derive_seed(self.seed, round, DP_NOISE_KEY)
+        )
+        with quiet_opacus():
+            module, dp_optimizer, batches = privacy.engine.make_private(
+                module=self.model,
+                optimizer=optimizer,
+                data_loader=loader,
+                noise_multiplier=privacy.noise_multiplier,
+                max_grad_norm=privacy.max_grad_norm,
+                poisson_sampling=True,
+                noise_generator=noise,
+            )
+        total_loss, seen = 0.0, 0
+        try:
+            with quiet_opacus():
+                for _ in range(config.epochs):
+                    for x, y in batches:
+                        loss = F.cross_entropy(module(x), y)
+                        if len(y):  # a Poisson batch may be empty: noise only
+                            total_loss += loss.item() * len(y)
+                            seen += len(y)
+                        dp_optimizer.zero_grad(set_to_none=True)
+                        loss.backward()
+                        # Clip, add noise, count the step; then the proximal
+                        # term, which reads no data, joins the noisy gradient.
+                        if dp_optimizer.pre_step():
+                            if start is not None:
+                                _add_proximal_gradient(params, start, config.mu)
+                            dp_optimizer.original_optimizer.step()
+        finally:
+            module.to_standard_module()  # removes the hooks, keeps the weights
+        delta = get_flat(self.model) - weights
+        # Every batch empty (a tiny client, bad luck): report the received
+        # model's training loss, as there is no batch loss to average.
+        mean_loss = total_loss / seen if seen else self.loss(weights)
+        return TrainResult(delta, mean_loss, self.n_train, seen, privacy.spent())
 
     @torch.no_grad()
     def loss(self, weights: np.ndarray) -> float:
@@ -134,6 +239,14 @@ class LocalTrainer:
         loss = F.cross_entropy(logits, self.y_test).item()
         correct = (logits.argmax(dim=1) == self.y_test).sum().item()
         return EvalResult(correct / self.n_test, loss, self.n_test)
+
+
+def _add_proximal_gradient(
+    params: Sequence[torch.Tensor], start: Sequence[torch.Tensor], mu: float
+) -> None:
+    with torch.no_grad():
+        for p, s in zip(params, start, strict=True):
+            p.grad.add_(p - s, alpha=mu)  # type: ignore[union-attr]
 
 
 def _squared_distance(

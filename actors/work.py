@@ -3,7 +3,10 @@
 A trainer keeps nothing between tasks that matters (the weights come with the
 task, the shuffling stream is derived from the round), so any thread or
 worker process can serve any client: each process keeps a cache of trainers,
-rebuilt when a client's data changes.
+rebuilt when a client's data changes. The exception is local DP: a client's
+privacy accountant counts every round it trained, so it lives with the
+client's trainer on the process that hosts the client (a client stays on its
+worker for the whole run), and passes to the trainer rebuilt after a drift.
 """
 
 from __future__ import annotations
@@ -35,6 +38,14 @@ def trainer_for(spec: ClientSpec) -> LocalTrainer:
         if cached is not None and cached[0] == key:
             return cached[1]
     trainer = build_trainer(spec)
+    if (
+        cached is not None
+        and key["privacy"] is not None
+        and cached[0]["privacy"] == key["privacy"]
+    ):
+        # The same client under the same privacy plan of the same run, with
+        # new data (a drift): its budget is the one it has been spending.
+        trainer.privacy = cached[1].privacy
     with _lock:
         _trainers[spec.id] = (key, trainer)
     return trainer
@@ -49,6 +60,7 @@ def train(
 ) -> tuple[ClusterId, TrainResult]:
     """Pick a candidate (by the identity policy, if several) and train it."""
     trainer = trainer_for(spec)
+    trainer.check_budget(config)  # refuse before probing, not only before training
     chosen = candidates[0]
     probe = _Probe(trainer, config.batch_size)
     if identity is not None and len(candidates) > 1:

@@ -27,7 +27,8 @@ Where the paper is loose, clusterfed decides:
   of min/0 with min > 0 is +∞ (no re-clustering).
 - Affinity propagation runs on the similarity −d with, by default, the median
   off-diagonal similarity as every client's preference (Frey & Dueck's
-  default); 1 or 2 clients form one cluster (two points show no structure).
+  default; "min" takes the smallest, which gives fewer clusters); 1 or 2
+  clients form one cluster (two points show no structure).
   Convergence needs the exemplars unchanged for 7.5 / (1 − damping)
   iterations (scikit-learn's 15 at 0.5 stops heavily damped runs too early).
   If it does not converge it is retried once with damping 0.9 and four times
@@ -68,13 +69,13 @@ class DCFL(Strategy):
     """Dynamic clustering of clients by the distances of their updates.
 
     Args:
-        metric: the update distance: "complete" (the paper's, Eq. 2),
+        distance: the update distance: "complete" (the paper's, Eq. 2),
             "divergence" (exp(2ω) alone), "cosine" (1 − cos of the updates) or
             "euclidean" (distance of the end points) — Table II's ablation.
         damping: affinity propagation's damping factor, in [0.5, 1).
-        preference: every client's self-similarity in affinity propagation,
-            in units of −d (higher: more clusters); None takes the median of
-            the off-diagonal similarities.
+        preference: every client's self-similarity in affinity propagation:
+            "median" or "min" of the off-diagonal similarities, or a number in
+            units of −d (higher: more clusters).
         max_iter: affinity propagation's iteration limit (≥ 1).
         sample_weighted: weight cluster means by sample counts instead of
             the paper's plain mean (Eq. 5).
@@ -85,16 +86,21 @@ class DCFL(Strategy):
     def __init__(
         self,
         *,
-        metric: str = "complete",
+        distance: str = "complete",
         damping: float = 0.5,
-        preference: float | None = None,
+        preference: float | str = "median",
         max_iter: int = 200,
         sample_weighted: bool = False,
     ) -> None:
-        self.metric = check_metric(metric)
+        self.distance = check_metric(distance)
         if not 0.5 <= damping < 1:
             raise ValueError(f"damping must be in [0.5, 1), got {damping}")
-        if preference is not None and not math.isfinite(preference):
+        if isinstance(preference, str):
+            if preference not in ("median", "min"):
+                raise ValueError(
+                    f"preference must be 'median', 'min' or a number: {preference!r}"
+                )
+        elif not math.isfinite(preference):
             raise ValueError(f"preference must be a finite number, got {preference}")
         if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
             raise ValueError(f"max_iter must be an integer ≥ 1, got {max_iter!r}")
@@ -168,7 +174,7 @@ class DCFL(Strategy):
         dist = pairwise_distances(
             np.stack([base for base, _ in arrays]),
             np.stack([delta for _, delta in arrays]),
-            self.metric,
+            self.distance,
         )
         index = dunn_index(dist, np.asarray(old))
         extra = {**state.extra, "dunn_index": index, "reclustered": False}
@@ -200,7 +206,7 @@ class DCFL(Strategy):
         ids = sorted(state.models)
         targets = [state.models[c] for c in ids]
         placed = {
-            u.client: ids[nearest_cluster(*_arrays(u), targets, self.metric)]
+            u.client: ids[nearest_cluster(*_arrays(u), targets, self.distance)]
             for u in newcomers
         }
         return state.replace(
@@ -253,7 +259,7 @@ def affinity_clusters(
     dist: np.ndarray,
     *,
     damping: float = 0.5,
-    preference: float | None = None,
+    preference: float | str = "median",
     max_iter: int = 200,
     random_state: int = 0,
 ) -> np.ndarray | None:
@@ -270,7 +276,12 @@ def affinity_clusters(
     # (scikit-learn would warn and pick an arbitrary answer).
     if n <= 2 or float(off.max()) == float(off.min()):
         return np.zeros(n, dtype=int)
-    level = float(np.median(off)) if preference is None else float(preference)
+    if preference == "median":
+        level = float(np.median(off))
+    elif preference == "min":
+        level = float(np.min(off))
+    else:
+        level = float(preference)
     tries = [(damping, max_iter), (max(damping, 0.9), 4 * max_iter)]
     for try_damping, try_iter in tries:
         model = AffinityPropagation(

@@ -6,15 +6,16 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tqdm.auto import tqdm
 
-from clusterfed.actors import LocalRuntime
+from clusterfed.actors import ClientSpec, LocalRuntime, RoundOutcome, ServerSpec
 from clusterfed.errors import ConfigError
 from clusterfed.scenarios import (
     Scenario,
     ScenarioEngine,
+    ScenarioRuntime,
     load_scenario,
     plan_run,
     with_overrides,
@@ -22,7 +23,7 @@ from clusterfed.scenarios import (
 
 from .results import RunRecorder, mean_std
 
-RUNTIMES = ("local",)
+RUNTIMES = ("local", "ray")
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,8 @@ def run(
     seed: int | None = None,
     overrides: Sequence[str] = (),
     workers: int | None = None,
+    ray_address: str | None = None,
+    clients_per_host: int | None = None,
     progress: bool = False,
 ) -> RunResult:
     """Run `scenario` and write its results folder.
@@ -52,10 +55,13 @@ def run(
     Args:
         scenario: a `Scenario`, a built-in name, or a path to a .toml/.py file.
         out: results folder; default `runs/<scenario>-<algorithm>-seed<seed>`.
-        runtime: "local" (one process, asyncio).
+        runtime: "local" (one process, asyncio, worker processes) or "ray".
         algorithm, rounds, clients, seed: replace the scenario's own values.
         overrides: `key.path=value` assignments, as `--set` on the command line.
-        workers: training threads of the local runtime (default: one per core).
+        workers: worker processes of the local runtime (default: one per core).
+        ray_address: a running Ray cluster ("auto", "HOST:PORT"); None starts
+            a local Ray for the run and stops it afterwards.
+        clients_per_host: logical clients per Ray host actor.
         progress: show a progress bar per round.
 
     Raises:
@@ -73,15 +79,37 @@ def run(
     if runtime not in RUNTIMES:
         raise ConfigError(f"unknown runtime {runtime!r}; known: {', '.join(RUNTIMES)}")
     folder = Path(out) if out is not None else default_out(resolved)
-    return asyncio.run(_run(resolved, folder, LocalRuntime(workers=workers), progress))
+    if runtime == "ray":
+        from clusterfed.actors.ray_runtime import RayRuntime
+
+        host: Runtime = RayRuntime(
+            address=ray_address, clients_per_host=clients_per_host
+        )
+    else:
+        host = LocalRuntime(workers=workers)
+    return asyncio.run(_run(resolved, folder, host, progress))
 
 
 def default_out(scenario: Scenario) -> Path:
     return Path("runs") / f"{scenario.name}-{scenario.algorithm}-seed{scenario.seed}"
 
 
+class Runtime(ScenarioRuntime, Protocol):
+    """What a run needs of a runtime (local and Ray provide it)."""
+
+    name: str
+
+    async def start(
+        self, server: ServerSpec, clients: Sequence[ClientSpec]
+    ) -> None: ...
+
+    async def run_round(self, round: int) -> RoundOutcome: ...
+
+    async def close(self) -> None: ...
+
+
 async def _run(
-    scenario: Scenario, out: Path, runtime: LocalRuntime, progress: bool
+    scenario: Scenario, out: Path, runtime: Runtime, progress: bool
 ) -> RunResult:
     plan = plan_run(scenario)
     config = {

@@ -54,6 +54,8 @@ def _run(args: argparse.Namespace) -> int:
         seed=args.seed,
         overrides=args.set,
         workers=args.workers,
+        ray_address=args.ray_address,
+        clients_per_host=args.clients_per_host,
         progress=not args.quiet,
     )
     s = result.summary
@@ -63,6 +65,28 @@ def _run(args: argparse.Namespace) -> int:
         f" clusters {s['n_clusters_final']}, rejected {s['rejected_messages']},"
         f" failed {s['failed_updates']}, {s['wall_s']:.1f} s"
     )
+    print(f"results: {result.out}")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from clusterfed.compare import compare, table
+
+    result = compare(
+        args.scenario,
+        [a.strip() for a in args.algorithms.split(",") if a.strip()],
+        out=args.out,
+        rounds=args.rounds,
+        clients=args.clients,
+        seed=args.seed,
+        overrides=args.set,
+        runtime=args.runtime,
+        workers=args.workers,
+        ray_address=args.ray_address,
+        clients_per_host=args.clients_per_host,
+        progress=not args.quiet,
+    )
+    print(table(result.summaries))
     print(f"results: {result.out}")
     return 0
 
@@ -78,28 +102,48 @@ def _parser() -> argparse.ArgumentParser:
     listing.set_defaults(command=_list)
 
     run = sub.add_parser("run", help="run a scenario into a results folder")
-    run.add_argument("scenario", help="a built-in name or a .toml / .py scenario file")
     run.add_argument("--algorithm", help="replace the scenario's algorithm")
-    run.add_argument("--runtime", default="local", choices=["local"])
-    run.add_argument("--rounds", type=int)
-    run.add_argument("--clients", type=int)
-    run.add_argument("--seed", type=int)
-    run.add_argument(
-        "--out", help="results folder (default runs/<scenario>-<algorithm>-seed<seed>)"
+    _common(run, "results folder (default runs/<scenario>-<algorithm>-seed<seed>)")
+    run.set_defaults(command=_run)
+
+    compare = sub.add_parser(
+        "compare", help="run several algorithms on one scenario and seed, side by side"
     )
-    run.add_argument(
+    compare.add_argument(
+        "--algorithms", required=True, help="comma-separated, e.g. dcfl,cfl,fedavg"
+    )
+    _common(compare, "folder of the runs (default runs/<scenario>-compare-seed<seed>)")
+    compare.set_defaults(command=_compare)
+    return parser
+
+
+def _common(parser: argparse.ArgumentParser, out_help: str) -> None:
+    parser.add_argument(
+        "scenario", help="a built-in name or a .toml / .py scenario file"
+    )
+    parser.add_argument("--runtime", default="local", choices=["local", "ray"])
+    parser.add_argument(
+        "--ray-address", help="join a running Ray cluster: auto or HOST:PORT"
+    )
+    parser.add_argument(
+        "--clients-per-host", type=int, help="logical clients per Ray host actor"
+    )
+    parser.add_argument("--rounds", type=int)
+    parser.add_argument("--clients", type=int)
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--out", help=out_help)
+    parser.add_argument(
         "--set",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a scenario field, e.g. --set partition.alpha=0.1",
+        help="override a scenario field (partition.alpha=0.1) or an algorithm"
+        " parameter (distance=cosine)",
     )
-    run.add_argument(
-        "--workers", type=int, help="training threads (default: one per core)"
+    parser.add_argument(
+        "--workers", type=int, help="worker processes (default: one per core)"
     )
-    run.add_argument("--quiet", action="store_true", help="no progress bar")
-    run.set_defaults(command=_run)
-    return parser
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 if __name__ == "__main__":

@@ -71,6 +71,7 @@ class RunRecorder:
                 "bytes_up": c.bytes_up,
                 "bytes_down": c.bytes_down,
                 "sim_s": c.sim_s,
+                "epsilon": c.epsilon,
                 "reason": c.reason,
             }
             for c in sorted(outcome.clients, key=lambda c: c.id)
@@ -89,7 +90,7 @@ class RunRecorder:
             "purity": purity(truth, found),
             "bytes_up": outcome.bytes_up,
             "bytes_down": outcome.bytes_down,
-            "epsilon_max": None,
+            "epsilon_max": outcome.epsilon_max,
             "events": list(events),
             "late_updates": outcome.late_updates,
             "failed_updates": outcome.failed_updates,
@@ -121,6 +122,7 @@ def summarize(rows: Sequence[Row], *, algorithm: str, scenario: str) -> Row:
             stds.append(accs[1])
     last = rows[-1] if rows else None
     final = mean_std(last) if last else None
+    spent = [r["epsilon_max"] for r in rows if r.get("epsilon_max") is not None]
     reached = [
         r["round"] + 1 for r in rows if r["purity"] is not None and r["purity"] >= 0.9
     ]
@@ -136,7 +138,7 @@ def summarize(rows: Sequence[Row], *, algorithm: str, scenario: str) -> Row:
         "purity_final": last["purity"] if last else None,
         "rounds_to_purity90": reached[0] if reached else None,
         "n_clusters_final": last["n_clusters"] if last else None,
-        "epsilon_max": None,
+        "epsilon_max": max(spent) if spent else None,
         "late_updates": sum(r["late_updates"] for r in rows),
         "failed_updates": sum(r["failed_updates"] for r in rows),
         "rejected_messages": sum(r["rejected_messages"] for r in rows),

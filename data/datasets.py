@@ -2,18 +2,34 @@
 
 Only what ships with an installed package or sits in a folder the user names is
 read: nothing is downloaded at run time.
+
+- `digits` (default): scikit-learn's embedded 8×8 digits, 1,797 images.
+- `fashion_mnist`: the IDX files of the Debian package `dataset-fashion-mnist`
+  (`/usr/share/datasets/fashion-mnist`), or a folder named by `root` that holds
+  the same four files, gzipped or not.
+- `mnist`, `emnist` (the 47-class "balanced" split), `cifar10`: through
+  torchvision, from the folder named by `root` in torchvision's own layout.
+
+File datasets use their training split: clients hold out part of their own
+samples for evaluation, so every evaluation matches its client's distribution.
 """
 
 from __future__ import annotations
 
+import gzip
+import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from clusterfed.errors import ConfigError
+
+FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 
 
 @dataclass(frozen=True)
@@ -46,7 +62,76 @@ def _digits(root: str | None) -> Dataset:
     return Dataset("digits", x, y, n_classes=10)
 
 
-DATASETS: dict[str, Callable[[str | None], Dataset]] = {"digits": _digits}
+def _fashion_mnist(root: str | None) -> Dataset:
+    from torchvision.datasets.mnist import read_image_file, read_label_file
+
+    folder = Path(root or FASHION_MNIST_DIR)
+    images = _idx_file(folder, "train-images-idx3-ubyte")
+    labels = _idx_file(folder, "train-labels-idx1-ubyte")
+    # torchvision reads IDX files but not gzipped ones: unpack them aside.
+    with tempfile.TemporaryDirectory() as scratch:
+        x = read_image_file(str(_plain(images, Path(scratch))))
+        y = read_label_file(str(_plain(labels, Path(scratch))))
+    return Dataset("fashion_mnist", x.float().div(255).unsqueeze(1), y.long(), 10)
+
+
+def _idx_file(folder: Path, stem: str) -> Path:
+    for candidate in (folder / stem, folder / f"{stem}.gz"):
+        if candidate.is_file():
+            return candidate
+    raise ConfigError(
+        f"dataset fashion_mnist: {stem}[.gz] not found in {folder}; install the"
+        " Debian package (apt-get install dataset-fashion-mnist) or set dataset.root"
+    )
+
+
+def _plain(path: Path, scratch: Path) -> Path:
+    if path.suffix != ".gz":
+        return path
+    target = scratch / path.stem
+    with gzip.open(path, "rb") as source, target.open("wb") as sink:
+        shutil.copyfileobj(source, sink)
+    return target
+
+
+def _torchvision(name: str) -> Callable[[str | None], Dataset]:
+    def load(root: str | None) -> Dataset:
+        from torchvision import datasets
+
+        if root is None:
+            raise ConfigError(
+                f"dataset {name} is read through torchvision from a folder:"
+                " set dataset.root"
+            )
+        try:
+            if name == "mnist":
+                raw = datasets.MNIST(root, train=True, download=False)
+            elif name == "emnist":
+                raw = datasets.EMNIST(
+                    root, split="balanced", train=True, download=False
+                )
+            else:
+                raw = datasets.CIFAR10(root, train=True, download=False)
+        except RuntimeError as exc:  # torchvision's "Dataset not found"
+            raise ConfigError(f"dataset {name}: {exc} (looked in {root})") from exc
+        data = torch.as_tensor(np.asarray(raw.data))
+        x = data.float().div(255)
+        x = x.unsqueeze(1) if x.ndim == 3 else x.permute(0, 3, 1, 2)
+        if name == "emnist":  # stored transposed
+            x = x.transpose(-1, -2)
+        y = torch.as_tensor(np.asarray(raw.targets)).long()
+        return Dataset(name, x.contiguous(), y, n_classes=len(raw.classes))
+
+    return load
+
+
+DATASETS: dict[str, Callable[[str | None], Dataset]] = {
+    "digits": _digits,
+    "fashion_mnist": _fashion_mnist,
+    "mnist": _torchvision("mnist"),
+    "emnist": _torchvision("emnist"),
+    "cifar10": _torchvision("cifar10"),
+}
 
 
 @lru_cache(maxsize=4)
@@ -58,3 +143,15 @@ def load_dataset(name: str, root: str | None = None) -> Dataset:
             f"unknown dataset {name!r}; known: {', '.join(sorted(DATASETS))}"
         )
     return loader(root)
+
+
+def available(name: str) -> bool:
+    """Whether `name` can be loaded here without extra arguments."""
+    if name == "digits":
+        return True
+    if name == "fashion_mnist":
+        folder = Path(FASHION_MNIST_DIR)
+        return (folder / "train-images-idx3-ubyte.gz").is_file() or (
+            folder / "train-images-idx3-ubyte"
+        ).is_file()
+    return False

@@ -97,6 +97,12 @@ class UpdateReply(_Frozen):
     n_samples: NonNegInt
     loss: float
     compute_s: float = Field(ge=0, description="simulated compute time")
+    epsilon: float | None = Field(
+        None,
+        ge=0,
+        description="local DP: the privacy (ε at the run's δ) the client has"
+        " spent so far, this update included; None without DP",
+    )
 
 
 class EvaluateTask(_Frozen):

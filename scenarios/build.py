@@ -3,21 +3,35 @@
 Everything random here (the split, the initial model, the transforms) comes
 from the scenario seed, each from its own stream. Data for clients that join
 later is set aside now, so their partition is as planned as everyone else's.
+
+With local DP each client gets a `PrivacyPlan`: Opacus' noise multiplier for
+the DP-SGD steps of every round from the one it joins to the last, at its own
+sampling rate. Planning over every remaining round is conservative for
+clients that are not sampled every round: they end the run below their budget
+rather than run out of it before the end.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from clusterfed.actors import ClientSpec, ServerSpec
+from clusterfed.actors.privacy import (
+    plan_noise_multiplier,
+    poisson_steps,
+    private_model,
+)
+from clusterfed.actors.spec import PrivacyPlan
 from clusterfed.algorithms import make
 from clusterfed.data import ClientSplit, Dataset, Partition, holdout, load_dataset
 from clusterfed.data import partition as partitioners
 from clusterfed.errors import ClusterfedError, ScenarioError
 from clusterfed.models import build_model, get_flat
+from clusterfed.protocol import TrainConfig
 from clusterfed.seeding import derive_seed, numpy_rng
 
 from .events import Join
@@ -58,6 +72,8 @@ class RunPlan:
     transform_groups: dict[int, int]
     transforms: GroupTransforms
     reserved: dict[int, deque[Reserved]] = field(default_factory=dict)
+    train_config: TrainConfig | None = None  # as the strategy runs it
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     @property
     def groups(self) -> dict[int, int]:
@@ -69,8 +85,10 @@ class RunPlan:
         split: ClientSplit,
         partition_group: int,
         transform_group: int,
+        first_round: int = 0,
     ) -> ClientSpec:
-        """The spec of a client holding `split`, seen through its transform."""
+        """The spec of a client holding `split`, seen through its transform,
+        that takes part from `first_round` on."""
         s = self.scenario
         return ClientSpec(
             id=client_id,
@@ -83,7 +101,55 @@ class RunPlan:
             test=split.test.tolist(),
             seed=derive_seed(s.seed, CLIENT_STREAM, client_id),
             profile=s.devices.get(client_id, s.device),
+            privacy=self.privacy_plan(
+                len(split.train), first_round, f"client {client_id}"
+            ),
             **self.transforms.fields(transform_group),
+        )
+
+    def privacy_plan(
+        self, n_train: int, first_round: int, who: str
+    ) -> PrivacyPlan | None:
+        """Local DP of a client with `n_train` samples from `first_round` on.
+
+        Its noise multiplier spends the budget over every round left: rounds
+        × local epochs × its Poisson steps per epoch (sampling rate about
+        batch_size / n_train).
+
+        Raises:
+            ScenarioError: no noise multiplier meets the budget.
+        """
+        dp = self.scenario.dp
+        if dp is None:
+            return None
+        config = self.train_config or self.scenario.train
+        rounds = max(1, self.scenario.rounds - first_round)
+        rate, per_epoch = poisson_steps(n_train, config.batch_size)
+        steps = rounds * config.epochs * per_epoch
+        try:
+            sigma = plan_noise_multiplier(
+                epsilon=dp.epsilon,
+                delta=dp.delta,
+                sample_rate=rate,
+                steps=steps,
+                accountant=dp.accountant,
+            )
+        except ValueError as exc:  # also Opacus' gdp when σ must be small
+            raise ScenarioError(
+                f"dp.epsilon = {dp.epsilon:g} (δ = {dp.delta:g}) with dp.accountant"
+                f" = {dp.accountant!r}: Opacus finds no noise multiplier for {who}"
+                f" ({steps} steps at sampling rate {rate:.3g}): {exc}"
+            ) from exc
+        return PrivacyPlan(
+            epsilon=dp.epsilon,
+            delta=dp.delta,
+            max_grad_norm=dp.max_grad_norm,
+            accountant=dp.accountant,
+            noise_multiplier=sigma,
+            rounds=rounds,
+            sample_rate=rate,
+            steps=steps,
+            run_id=self.run_id,
         )
 
 
@@ -96,15 +162,13 @@ def plan_run(scenario: Scenario) -> RunPlan:
         partition, initial, joiners = _partition(scenario, data, joiner_groups, rng)
         splits = holdout(partition, scenario.test_fraction, rng)
         strategy = make(scenario.algorithm, **scenario.params_of(scenario.algorithm))
-        models = [
-            get_flat(
-                build_model(
-                    scenario.model.name,
-                    data.input_shape,
-                    data.n_classes,
-                    seed=derive_seed(scenario.seed, MODEL_STREAM, *([k] if k else [])),
-                    **scenario.model.params,
-                )
+        nets = [
+            build_model(
+                scenario.model.name,
+                data.input_shape,
+                data.n_classes,
+                seed=derive_seed(scenario.seed, MODEL_STREAM, *([k] if k else [])),
+                **scenario.model.params,
             )
             for k in range(strategy.initial_models)
         ]
@@ -112,6 +176,15 @@ def plan_run(scenario: Scenario) -> RunPlan:
         raise
     except ClusterfedError as exc:
         raise ScenarioError(f"scenario {scenario.name!r}: {exc}") from exc
+    if scenario.dp is not None:
+        # Refused here, before anything runs; the clients apply the same fix.
+        try:
+            nets = [private_model(net) for net in nets]
+        except ValueError as exc:
+            raise ScenarioError(
+                f"model: {scenario.model.name!r} cannot be trained with dp: {exc}"
+            ) from exc
+    models = [get_flat(net) for net in nets]
     transforms = GroupTransforms(
         scenario.transform,
         data.n_classes,
@@ -128,7 +201,16 @@ def plan_run(scenario: Scenario) -> RunPlan:
         deadline=scenario.deadline,
         task_timeout_s=scenario.task_timeout_s,
     )
-    plan = RunPlan(scenario, data, server, [], {}, {}, transforms)
+    plan = RunPlan(
+        scenario,
+        data,
+        server,
+        [],
+        {},
+        {},
+        transforms,
+        train_config=strategy.train_config(scenario.train),
+    )
     for client_id, part in enumerate(initial):
         group = partition.groups[part]
         transform_group = transforms.deal(client_id)
@@ -141,6 +223,12 @@ def plan_run(scenario: Scenario) -> RunPlan:
         plan.reserved[event_index] = deque(
             Reserved(splits[p], partition.groups[p]) for p in parts
         )
+        for p in parts:
+            # A joiner plans over fewer rounds, which needs less noise: if
+            # the whole run is in reach, so is its share of it.
+            plan.privacy_plan(
+                len(splits[p].train), 0, f"a client of events[{event_index}]"
+            )
     return plan
 
 

@@ -1,4 +1,4 @@
-"""The built-in scenarios, by name."""
+"""The built-in scenarios, by name: `quickstart` and the papers' experiments."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from clusterfed.protocol import TrainConfig
 
+from . import papers
 from .spec import DatasetSpec, DirichletPartition, ModelSpec, Scenario
 
 
@@ -26,4 +27,15 @@ def quickstart() -> Scenario:
     )
 
 
-BUILTIN: dict[str, Callable[[], Scenario]] = {"quickstart": quickstart}
+BUILTIN: dict[str, Callable[[], Scenario]] = {
+    "quickstart": quickstart,
+    "dcfl-dynamic": papers.dcfl_dynamic,
+    "ocfl-iid": papers.ocfl_iid,
+    "ocfl-noniid": papers.ocfl_noniid,
+    "ocfl-noniid2": papers.ocfl_noniid2,
+    "fedac-iid": papers.fedac_iid,
+    "fedac-2clusters": papers.fedac_2clusters,
+    "fedac-3clusters": papers.fedac_3clusters,
+    "fedac-4clusters": papers.fedac_4clusters,
+    "gradloss-fig2": papers.gradloss_fig2,
+}

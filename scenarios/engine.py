@@ -91,7 +91,7 @@ class ScenarioEngine:
     ) -> Applied | None:
         event = occurrence.event
         if isinstance(event, Join):
-            return await self._join(runtime, occurrence.index, event)
+            return await self._join(runtime, occurrence.index, event, round)
         targets = self._targets(event.target)
         if not targets:
             return {"kind": event.kind, "clients": [], "note": "no client matched"}
@@ -139,7 +139,9 @@ class ScenarioEngine:
                 ]
         return record
 
-    async def _join(self, runtime: ScenarioRuntime, index: int, event: Join) -> Applied:
+    async def _join(
+        self, runtime: ScenarioRuntime, index: int, event: Join, round: int
+    ) -> Applied:
         reserved = self.plan.reserved.get(index)
         specs = []
         for _ in range(event.count):
@@ -153,8 +155,9 @@ class ScenarioEngine:
                 if event.transform_group is not None
                 else int(self.rng.integers(self.plan.transforms.n_groups))
             )
+            # A joiner plans its privacy over the rounds left from this one.
             spec = self.plan.client_spec(
-                cid, taken.split, taken.partition_group, transform_group
+                cid, taken.split, taken.partition_group, transform_group, round
             )
             self.specs[cid] = spec
             self.partition_groups[cid] = taken.partition_group

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import runpy
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from clusterfed.algorithms import parameters
 from clusterfed.errors import ClusterfedError, ScenarioError
 from clusterfed.protocol import describe
 
@@ -62,6 +63,8 @@ def validate(data: Mapping[str, Any], *, source: str) -> Scenario:
 def with_overrides(
     scenario: Scenario,
     assignments: Iterable[str] = (),
+    *,
+    algorithms: Sequence[str] | None = None,
     **fields: Any,
 ) -> Scenario:
     """`scenario` with `key.path=value` assignments and top-level fields replaced.
@@ -69,17 +72,42 @@ def with_overrides(
     Values are read as TOML values (`0.1`, `true`, `[512, 128]`, `"text"`);
     anything that is not one is taken as a plain string. Setting `X.kind`
     starts table X afresh, since its other keys belong to the old kind.
+
+    A plain key that is no scenario field but a hyperparameter of one of
+    `algorithms` (default: the scenario's own) sets it for each of them:
+    `distance=cosine` is `algorithm_params.dcfl.distance=cosine` in a DCFL run.
     """
     data = scenario.model_dump(mode="json", exclude_unset=False)
     for key, value in fields.items():
         if value is not None:
             data[key] = value
+    targets = list(algorithms) if algorithms is not None else [data["algorithm"]]
     for assignment in assignments:
         key, sep, raw = assignment.partition("=")
+        path = key.strip().split(".")
         if not sep or not key.strip():
             raise ScenarioError(f"--set {assignment!r}: expected key=value")
-        _assign(data, key.strip().split("."), _parse_value(raw.strip()), assignment)
+        value = _parse_value(raw.strip())
+        if path[0] in Scenario.model_fields:
+            _assign(data, path, value, assignment)
+            continue
+        owners = [a for a in targets if len(path) == 1 and path[0] in _parameters(a)]
+        if not owners:
+            raise ScenarioError(
+                f"--set {assignment!r}: {path[0]!r} is neither a scenario field"
+                f" ({', '.join(Scenario.model_fields)}) nor a parameter of"
+                f" {', '.join(targets)}"
+            )
+        for owner in owners:
+            _assign(data, ["algorithm_params", owner, path[0]], value, assignment)
     return validate(data, source=f"scenario {scenario.name!r} with overrides")
+
+
+def _parameters(algorithm: str) -> dict[str, Any]:
+    try:
+        return parameters(algorithm)
+    except ClusterfedError:
+        return {}
 
 
 def _assign(data: dict[str, Any], path: list[str], value: Any, text: str) -> None:

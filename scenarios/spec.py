@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from clusterfed.actors import DeviceProfile
 from clusterfed.actors.clock import DeadlinePolicy, WaitAll
+from clusterfed.actors.spec import Accountant
 from clusterfed.algorithms import make
 from clusterfed.protocol import TrainConfig
 
@@ -79,6 +80,26 @@ class ModelSpec(BaseModel):
         return dict(self.model_extra or {})
 
 
+class DPSpec(_Spec):
+    """Local differential privacy: every client trains with DP-SGD (Opacus).
+
+    Each client's noise multiplier is chosen by Opacus so that the rounds it
+    plans to take part in (all rounds from the one it joins; see README)
+    spend at most `epsilon` at `delta`; a client that would go past it
+    refuses to train.
+    """
+
+    epsilon: float = Field(gt=0, allow_inf_nan=False, description="the budget ε")
+    delta: float = Field(1e-5, gt=0, lt=1, description="the budget δ")
+    max_grad_norm: float = Field(
+        1.0, gt=0, allow_inf_nan=False, description="per-sample clipping bound"
+    )
+    accountant: Accountant = Field("rdp", description="Opacus' accountant")
+
+
+DP_OFF = ("off", "none", "false", "no")
+
+
 class Scenario(_Spec):
     """One simulated federation: data, model, algorithm, clients, rounds, seed."""
 
@@ -110,6 +131,19 @@ class Scenario(_Spec):
     task_timeout_s: float | None = Field(
         None, gt=0, description="wall-clock limit on one request"
     )
+    dp: DPSpec | None = Field(
+        None, description='local differential privacy; None (or "off"): off'
+    )
+
+    @field_validator("dp", mode="before")
+    @classmethod
+    def _dp_off(cls, value: Any) -> Any:
+        # `--set dp=off` (or false, none) turns DP off.
+        if value is False or (isinstance(value, str) and value.lower() in DP_OFF):
+            return None
+        if value is True:
+            raise ValueError("give the budget, e.g. dp.epsilon = 10 (or dp = off)")
+        return value
 
     @model_validator(mode="after")
     def _algorithm_exists(self) -> Scenario:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from clusterfed.data import class_table, dirichlet, holdout, iid, load_dataset, shards
+from clusterfed.data.datasets import available
 from clusterfed.errors import ConfigError
 
 LABELS = load_dataset("digits").labels
@@ -23,8 +24,26 @@ def test_digits_is_embedded_and_scaled() -> None:
 
 
 def test_unknown_dataset_lists_known_ones() -> None:
-    with pytest.raises(ConfigError, match="known: digits"):
+    with pytest.raises(ConfigError, match="known: .*digits.*fashion_mnist"):
         load_dataset("imagenet")
+
+
+@pytest.mark.skipif(
+    not available("fashion_mnist"), reason="dataset-fashion-mnist not installed"
+)
+def test_fashion_mnist_comes_from_the_debian_package() -> None:
+    data = load_dataset("fashion_mnist")
+    assert data.input_shape == (1, 28, 28) and len(data) == 60000
+    assert np.bincount(data.labels).tolist() == [6000] * 10
+
+
+def test_file_datasets_say_where_they_looked(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ConfigError, match="dataset-fashion-mnist"):
+        load_dataset("fashion_mnist", str(tmp_path))
+    with pytest.raises(ConfigError, match="set dataset.root"):
+        load_dataset("mnist")
+    with pytest.raises(ConfigError, match=str(tmp_path)):
+        load_dataset("cifar10", str(tmp_path))
 
 
 def test_iid_deals_everything_evenly_in_one_group() -> None:

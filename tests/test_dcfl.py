@@ -71,7 +71,7 @@ PLANTED = {frozenset(range(0, 4)), frozenset(range(4, 8)), frozenset(range(8, 12
 
 @pytest.mark.parametrize("metric", METRICS)
 def test_affinity_propagation_recovers_planted_groups(metric: str) -> None:
-    dcfl = DCFL(metric=metric)
+    dcfl = DCFL(distance=metric)
     state = _start(dcfl)
     new = dcfl.aggregate(state, 0, _updates(dcfl, state, _planted_ends()))
     assert _partition(new) == PLANTED
@@ -240,7 +240,7 @@ def test_affinity_propagation_that_does_not_converge_keeps_the_clustering() -> N
 @pytest.mark.parametrize(
     "params, shown",
     [
-        ({"metric": "manhattan"}, "manhattan"),
+        ({"distance": "manhattan"}, "manhattan"),
         ({"damping": 0.3}, "0.3"),
         ({"damping": 1.0}, "1.0"),
         ({"max_iter": 0}, "0"),

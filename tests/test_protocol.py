@@ -45,7 +45,14 @@ PAYLOADS = [
         config=TrainConfig(lr=0.1, mu=0.01),
         identity=IdentityRule(name="gradloss", params={"lam": 0.2}),
     ),
-    UpdateReply(cluster=1, delta=WEIGHTS * 0.5, n_samples=40, loss=0.7, compute_s=0.2),
+    UpdateReply(
+        cluster=1,
+        delta=WEIGHTS * 0.5,
+        n_samples=40,
+        loss=0.7,
+        compute_s=0.2,
+        epsilon=3.25,
+    ),
     EvaluateTask(model=ClusterModel(cluster=0, weights=WEIGHTS)),
     EvaluateReply(cluster=0, accuracy=0.9, loss=0.3, n_samples=10),
     ErrorReply(code="refused", message="no"),
@@ -119,6 +126,13 @@ def test_tensors_keep_dtype_shape_and_bytes(array: np.ndarray) -> None:
     assert back.astype(array.dtype).tobytes() == array.tobytes()
 
 
+def test_an_update_without_dp_carries_no_epsilon() -> None:
+    reply = UpdateReply(cluster=0, delta=WEIGHTS, n_samples=1, loss=0.0, compute_s=0.0)
+    assert decode(encode(envelope(reply))).payload.epsilon is None
+    spent = reply.model_copy(update={"epsilon": 9.5})
+    assert decode(encode(envelope(spent))).payload.epsilon == 9.5
+
+
 def test_update_delta_comes_back_bit_for_bit() -> None:
     delta = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
     reply = UpdateReply(cluster=0, delta=delta, n_samples=1, loss=0.0, compute_s=0.0)
@@ -165,6 +179,8 @@ def test_encode_many_matches_encode_and_packs_a_shared_payload_once() -> None:
         ),
         (pack(raw_update(payload={"loss": float("nan")})), "loss"),
         (pack(raw_update(payload={"n_samples": -1})), "n_samples"),
+        (pack(raw_update(payload={"epsilon": -1.0})), "epsilon"),
+        (pack(raw_update(payload={"epsilon": float("inf")})), "epsilon"),
         (msgpack.packb([1, 2, 3]), "map"),
         (b"", "truncated"),
     ],

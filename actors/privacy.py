@@ -1,0 +1,243 @@
+"""Local differential privacy of a client, through Opacus.
+
+A client's `PrivateTraining` holds its budget, the noise multiplier planned
+to spend it, and Opacus' `PrivacyEngine` with its accountant; the trainer runs
+DP-SGD through that engine. The helpers plan the noise (Opacus'
+`get_noise_multiplier`), read the books (Opacus' accountants) and check a
+model (Opacus' `ModuleValidator`). Nothing here clips, noises or accounts by
+hand.
+
+Opacus is imported where it is used: it adds more than a second to start-up,
+which runs without DP should not pay.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cache, lru_cache
+from typing import TYPE_CHECKING, Any
+
+from torch import nn
+
+from clusterfed.models import n_parameters
+from clusterfed.protocol import ClusterfedError
+
+if TYPE_CHECKING:
+    from opacus import PrivacyEngine
+
+ACCOUNTANTS = ("rdp", "prv", "gdp")
+
+# What Opacus warns about that clusterfed does on purpose, by how the
+# warning starts.
+_EXPECTED_WARNINGS = (
+    "Secure RNG turned off",  # a simulation must be reproducible: seeded noise
+    "GDP accounting is experimental",  # the user chose "gdp"
+    "Optimal order is the",  # a planning probe far from the budget; bound valid
+    # After a drift a client's data is a new tensor of the same client, whose
+    # budget its one accountant keeps counting.
+    "PrivacyEngine detected new dataset",
+    # Torch, about Opacus' hooks: the first layer's input needs no gradient.
+    "Full backward hook is firing",
+)
+
+
+@contextmanager
+def quiet_opacus() -> Iterator[None]:
+    """Silence the warnings of `_EXPECTED_WARNINGS`, and only those."""
+    with warnings.catch_warnings():
+        for start in _EXPECTED_WARNINGS:
+            warnings.filterwarnings("ignore", message=start)
+        yield
+
+
+class PrivacyBudgetError(ClusterfedError):
+    """A client refuses to train: the task would take it past its budget."""
+
+
+@cache
+def rdp_orders() -> tuple[float, ...]:
+    """The Rényi orders the RDP accountant is asked about: the integer ones of
+    Opacus' default list.
+
+    A fractional order costs 20 times more to evaluate, and for budgets up to
+    log(1/δ) (≈ 11.5 at δ = 1e-5) the best order is above 2, where the integer
+    orders give a bound within about 2 % of the whole list. Planning and
+    reporting use the same orders, and every bound is valid (conservative).
+    """
+    from opacus.accountants import RDPAccountant
+
+    return tuple(a for a in RDPAccountant.DEFAULT_ALPHAS if a == int(a))
+
+
+class PrivateTraining:
+    """A client's local DP: its budget, its noise, and its Opacus accountant.
+
+    One object per client for the whole run (it outlives a rebuilt trainer),
+    so the accountant counts every step the client ever took.
+
+    Args:
+        epsilon, delta: the budget; the client never trains past ε at δ.
+        max_grad_norm: the per-sample gradient clipping bound.
+        noise_multiplier: σ, noise std over the clipping bound (see
+            `plan_noise_multiplier`).
+        accountant: "rdp", "prv" or "gdp", Opacus' accounting mechanisms.
+    """
+
+    def __init__(
+        self,
+        *,
+        epsilon: float,
+        delta: float,
+        max_grad_norm: float,
+        noise_multiplier: float,
+        accountant: str = "rdp",
+    ) -> None:
+        if accountant not in ACCOUNTANTS:
+            raise ValueError(
+                f"accountant must be one of {', '.join(ACCOUNTANTS)},"
+                f" got {accountant!r}"
+            )
+        self.epsilon = epsilon
+        self.delta = delta
+        self.max_grad_norm = max_grad_norm
+        self.noise_multiplier = noise_multiplier
+        from opacus import PrivacyEngine
+
+        with quiet_opacus():
+            self.engine: PrivacyEngine = PrivacyEngine(accountant=accountant)
+
+    @property
+    def accountant(self) -> str:
+        return str(self.engine.accountant.mechanism())
+
+    def spent(self) -> float:
+        """The ε spent so far at the budget's δ (0 before the first step)."""
+        history = self.engine.accountant.history
+        if not history:
+            return 0.0
+        return epsilon_of(self.accountant, tuple(history), self.delta)
+
+    def check(self, sample_rate: float, steps: int) -> float:
+        """The ε after `steps` more steps at `sample_rate`; refuse past the budget.
+
+        The client refuses a round that WOULD take it past ε, so it never
+        exceeds its budget (the round is not trained). The future history is
+        built by Opacus' own accountant, stepped on a copy.
+        """
+        from opacus.accountants import create_accountant
+
+        with quiet_opacus():
+            future = create_accountant(self.accountant)
+        future.load_state_dict(self.engine.accountant.state_dict())
+        try:
+            for _ in range(steps):
+                future.step(
+                    noise_multiplier=self.noise_multiplier, sample_rate=sample_rate
+                )
+        except ValueError as exc:  # gdp: σ and the rate must stay constant
+            raise PrivacyBudgetError(
+                f"privacy budget cannot be accounted: {exc}"
+            ) from exc
+        after = epsilon_of(self.accountant, tuple(future.history), self.delta)
+        if after > self.epsilon:
+            raise PrivacyBudgetError(
+                f"privacy budget spent: ε = {self.spent():.2f} of {self.epsilon:g}"
+                f" (δ = {self.delta:g}); this round would take it to {after:.2f}"
+            )
+        return after
+
+
+def poisson_steps(n_train: int, batch_size: int) -> tuple[float, int]:
+    """Sampling rate and steps per epoch of Opacus' Poisson loader.
+
+    As `PrivacyEngine.make_private` derives them from a `DataLoader` of
+    `batch_size` over `n_train` samples: rate ≈ batch_size / n_train (exactly
+    1 / number of batches), that many steps per epoch, each sample in each
+    batch with probability rate. The accountant records exactly this rate.
+    """
+    batches = math.ceil(n_train / batch_size)  # len(DataLoader)
+    steps = int(1 / (1 / batches))  # len(DPDataLoader)
+    return 1 / steps, steps
+
+
+@lru_cache(maxsize=512)
+def plan_noise_multiplier(
+    *,
+    epsilon: float,
+    delta: float,
+    sample_rate: float,
+    steps: int,
+    accountant: str = "rdp",
+) -> float:
+    """The smallest σ (to Opacus' tolerance) that spends at most ε at δ
+    over `steps` steps at `sample_rate`.
+
+    Raises:
+        ValueError: no σ up to Opacus' limit meets the budget.
+    """
+    from opacus.accountants.utils import get_noise_multiplier
+
+    with quiet_opacus():
+        return float(
+            get_noise_multiplier(
+                target_epsilon=epsilon,
+                target_delta=delta,
+                sample_rate=sample_rate,
+                steps=steps,
+                accountant=accountant,
+                **_orders(accountant),
+            )
+        )
+
+
+@lru_cache(maxsize=4096)
+def epsilon_of(
+    accountant: str, history: tuple[tuple[float, float, int], ...], delta: float
+) -> float:
+    """ε at δ of an Opacus accountant with `history` (cached: clients with
+    the same sampling rate share their books' values)."""
+    from opacus.accountants import create_accountant
+
+    with quiet_opacus():
+        books = create_accountant(accountant)
+        books.history = list(history)
+        return float(books.get_epsilon(delta, **_orders(accountant)))
+
+
+def _orders(accountant: str) -> dict[str, Any]:
+    return {"alphas": list(rdp_orders())} if accountant == "rdp" else {}
+
+
+def private_model(model: nn.Module) -> nn.Module:
+    """`model` as Opacus can train it: as it is, or fixed by `ModuleValidator`
+    (e.g. batch norm becomes group norm), with the same weight layout.
+
+    Raises:
+        ValueError: what Opacus cannot handle, or a fix that changes the
+            number of weights.
+    """
+    from opacus.grad_sample import GradSampleModule
+    from opacus.validators import ModuleValidator
+
+    model.train()
+    fixed = model
+    if not ModuleValidator.is_valid(model):
+        fixed = ModuleValidator.fix(model)
+    problems = [
+        *ModuleValidator.validate(fixed, strict=False),
+        *GradSampleModule.validate(fixed, strict=False),
+    ]
+    if problems:
+        raise ValueError(
+            "Opacus cannot train it privately: "
+            + "; ".join(str(p).strip() for p in problems)
+        )
+    if n_parameters(fixed) != n_parameters(model):
+        raise ValueError(
+            f"Opacus' fix changes its weights from {n_parameters(model)}"
+            f" to {n_parameters(fixed)}"
+        )
+    return fixed

@@ -1,0 +1,406 @@
+"""Local differential privacy through Opacus: budgets, noise, clipping, books."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import clusterfed
+from clusterfed.actors import Client, LocalRuntime, LocalTrainer, build_trainer, work
+from clusterfed.actors.privacy import (
+    PrivateTraining,
+    plan_noise_multiplier,
+    poisson_steps,
+)
+from clusterfed.algorithms import algorithms
+from clusterfed.errors import ScenarioError
+from clusterfed.models import build_model, get_flat, n_parameters
+from clusterfed.models.registry import MODELS
+from clusterfed.protocol import (
+    ClusterModel,
+    Envelope,
+    ErrorReply,
+    TrainConfig,
+    TrainTask,
+    UpdateReply,
+    decode,
+    encode,
+)
+from clusterfed.results import RunRecorder
+from clusterfed.scenarios import (
+    Join,
+    ScenarioEngine,
+    load_scenario,
+    plan_run,
+    with_overrides,
+)
+from clusterfed.scenarios.spec import DPSpec
+from helpers import read_rounds, small_scenario
+
+DP = DPSpec(epsilon=10)
+
+
+def _client(row: dict[str, Any], cid: int) -> dict[str, Any]:
+    return next(c for c in row["clients"] if c["id"] == cid)
+
+
+# -- the scenario section -----------------------------------------------------
+
+
+def test_a_dp_table_in_toml_validates_with_the_paper_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "private.toml"
+    path.write_text("clients = 4\nrounds = 2\n\n[dp]\nepsilon = 10\n")
+    dp = load_scenario(path).dp
+    assert dp == DPSpec(epsilon=10.0, delta=1e-5, max_grad_norm=1.0)
+    assert dp is not None and dp.accountant == "rdp"
+
+
+@pytest.mark.parametrize(
+    ("table", "named"),
+    [
+        ("epsilon = -1", "dp.epsilon"),
+        ("epsilon = 0", "dp.epsilon"),
+        ("delta = 1e-5", "dp.epsilon"),  # the budget has no default
+        ("epsilon = 10\ndelta = 1.5", "dp.delta"),
+        ("epsilon = 10\nmax_grad_norm = 0", "dp.max_grad_norm"),
+        ('epsilon = 10\naccountant = "moments"', "dp.accountant"),
+        ("epsilon = 10\nsigma = 1.0", "dp.sigma"),
+        ("epsilon = inf", "dp.epsilon"),
+    ],
+)
+def test_bad_dp_values_are_refused_naming_the_field(
+    tmp_path: Path, table: str, named: str
+) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(f"[dp]\n{table}\n")
+    with pytest.raises(ScenarioError, match=named.replace(".", r"\.")):
+        load_scenario(path)
+
+
+def test_set_dp_epsilon_turns_dp_on_and_dp_off_turns_it_off() -> None:
+    on = with_overrides(small_scenario(), ["dp.epsilon=10", "dp.max_grad_norm=0.5"])
+    assert on.dp == DPSpec(epsilon=10, max_grad_norm=0.5)
+    for off in ("dp=off", "dp=false", "dp=none", 'dp="OFF"'):
+        assert with_overrides(on, [off]).dp is None
+    with pytest.raises(ScenarioError, match="dp"):
+        with_overrides(small_scenario(), ["dp=true"])
+
+
+def test_dp_off_writes_null_epsilons(tmp_path: Path) -> None:
+    scenario = with_overrides(small_scenario(rounds=1, dp=DP), ["dp=off"])
+    assert all(spec.privacy is None for spec in plan_run(scenario).clients)
+    clusterfed.run(scenario, out=tmp_path, workers=1)
+    (row,) = read_rounds(tmp_path)
+    assert row["epsilon_max"] is None
+    assert all(c["epsilon"] is None for c in row["clients"])
+
+
+# -- planning -----------------------------------------------------------------
+
+
+def test_each_client_plans_its_noise_over_its_own_participation() -> None:
+    scenario = small_scenario(rounds=4, dp=DP)
+    plan = plan_run(scenario)
+    for spec in plan.clients:
+        privacy = spec.privacy
+        assert privacy is not None and privacy.rounds == 4
+        rate, per_epoch = poisson_steps(len(spec.train), scenario.train.batch_size)
+        assert privacy.sample_rate == rate
+        assert privacy.steps == 4 * scenario.train.epochs * per_epoch
+        assert privacy.noise_multiplier == plan_noise_multiplier(
+            epsilon=10, delta=1e-5, sample_rate=rate, steps=privacy.steps
+        )
+        assert privacy.noise_multiplier > 0
+    assert len({s.privacy.run_id for s in plan.clients}) == 1  # type: ignore[union-attr]
+    assert plan_run(scenario).run_id != plan.run_id  # books never cross runs
+
+
+class _Runtime:
+    """Enough of a runtime for the engine to add clients."""
+
+    def __init__(self) -> None:
+        self.added: list[Any] = []
+
+    async def add_clients(self, specs: Any) -> None:
+        self.added += specs
+
+    async def remove_client(self, client: int, reason: str) -> None: ...
+
+    async def update_client(self, spec: Any) -> None: ...
+
+    def set_unreachable(self, clients: Any) -> None: ...
+
+
+def test_a_client_that_joins_late_plans_over_the_rounds_left() -> None:
+    plan = plan_run(small_scenario(rounds=5, dp=DP, events=[Join(start=3)]))
+    engine = ScenarioEngine(plan)
+    runtime = _Runtime()
+    for r in range(4):
+        asyncio.run(engine.begin_round(runtime, r, 0.0))
+    (joiner,) = runtime.added
+    assert joiner.privacy is not None and joiner.privacy.rounds == 2
+    _, per_epoch = poisson_steps(len(joiner.train), 16)
+    assert joiner.privacy.steps == 2 * per_epoch
+
+
+def test_an_unreachable_budget_is_refused_before_the_run() -> None:
+    with pytest.raises(ScenarioError, match="dp.epsilon"):
+        plan_run(small_scenario(dp=DPSpec(epsilon=1e-9, delta=1e-12)))
+
+
+# -- training -----------------------------------------------------------------
+
+
+def _data(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(n, 1, 4, 4, generator=gen)
+    return x, (x.flatten(1).sum(1) > 8).long()
+
+
+def _tiny_trainer(n: int, privacy: PrivateTraining | None) -> LocalTrainer:
+    x, y = _data(n)
+    model = build_model("mlp", (1, 4, 4), 2, hidden=[8])
+    return LocalTrainer(model, x, y, x, y, seed=0, privacy=privacy)
+
+
+def _weights() -> np.ndarray:
+    return get_flat(build_model("mlp", (1, 4, 4), 2, hidden=[8], seed=1))
+
+
+def _clip_only(max_grad_norm: float) -> PrivateTraining:
+    """Clipping without noise (σ = 0) and without a budget to run out of."""
+    return PrivateTraining(
+        epsilon=math.inf, delta=1e-5, max_grad_norm=max_grad_norm, noise_multiplier=0
+    )
+
+
+def test_one_step_moves_at_most_lr_times_the_clipping_bound() -> None:
+    # With as many samples as a batch, Poisson sampling takes every sample in
+    # the one step of the epoch; without noise the step is the mean of the
+    # clipped per-sample gradients, whose norm is at most max_grad_norm.
+    config = TrainConfig(lr=0.5, momentum=0.0, batch_size=8, epochs=1)
+    bound = config.lr * 0.01
+    plain = _tiny_trainer(8, None).train(_weights(), config, round=0).delta
+    clipped = _tiny_trainer(8, _clip_only(0.01)).train(_weights(), config, round=0)
+    assert np.linalg.norm(plain) > 10 * bound  # clipping has work to do
+    assert 0 < np.linalg.norm(clipped.delta) <= bound * (1 + 1e-5)
+
+
+def test_one_sample_is_clipped_to_the_bound_exactly() -> None:
+    config = TrainConfig(lr=0.5, momentum=0.0, batch_size=1, epochs=1)
+    plain = _tiny_trainer(1, None).train(_weights(), config, round=0).delta
+    clipped = _tiny_trainer(1, _clip_only(0.01)).train(_weights(), config, round=0)
+    # One sample, one step: the update is -lr × its gradient scaled to norm C.
+    expected = plain * (config.lr * 0.01 / np.linalg.norm(plain))
+    np.testing.assert_allclose(clipped.delta, expected, rtol=1e-4, atol=1e-8)
+
+
+def test_the_proximal_term_still_pulls_towards_the_received_weights() -> None:
+    # FedProx's term reads no data: it joins the gradient after the noise.
+    config = TrainConfig(lr=0.2, momentum=0.0, batch_size=8, epochs=5)
+    plain = _tiny_trainer(30, _clip_only(1.0)).train(_weights(), config, 0).delta
+    prox = _tiny_trainer(30, _clip_only(1.0)).train(
+        _weights(), config.model_copy(update={"mu": 2.0}), 0
+    )
+    assert np.linalg.norm(prox.delta) < np.linalg.norm(plain)
+
+
+def test_the_accountant_records_the_planned_rate_and_steps() -> None:
+    privacy = PrivateTraining(
+        epsilon=10, delta=1e-5, max_grad_norm=1.0, noise_multiplier=1.2
+    )
+    trainer = _tiny_trainer(30, privacy)
+    config = TrainConfig(batch_size=8, epochs=2)
+    result = trainer.train(_weights(), config, round=0)
+    rate, per_epoch = poisson_steps(30, 8)
+    assert privacy.engine.accountant.history == [(1.2, rate, 2 * per_epoch)]
+    assert result.epsilon == privacy.spent() > 0
+    assert not hasattr(trainer.model, "autograd_grad_sample_hooks")  # unwrapped
+
+
+def _train_task(weights: np.ndarray, config: TrainConfig, round: int = 0) -> bytes:
+    task = TrainTask(models=(ClusterModel(cluster=0, weights=weights),), config=config)
+    return encode(
+        Envelope(
+            msg_id=f"server:{round}",
+            sender="server",
+            recipient="client/0",
+            round=round,
+            payload=task,
+        )
+    )
+
+
+CONFIG = TrainConfig(lr=0.05, momentum=0.9, batch_size=16)
+
+
+def _reply(client: Client, weights: np.ndarray, round: int = 0) -> Any:
+    data = asyncio.run(client.handle(_train_task(weights, CONFIG, round)))
+    return decode(data).payload
+
+
+def test_dp_noise_changes_the_uploaded_delta_under_the_same_seed() -> None:
+    private = plan_run(small_scenario(dp=DP))
+    plain = plan_run(small_scenario())
+    spec = private.clients[0]
+    assert spec.privacy is not None
+    weights = private.server.initial
+    noisy, plain_reply = (_reply(Client(s), weights) for s in (spec, plain.clients[0]))
+    assert isinstance(noisy, UpdateReply) and isinstance(plain_reply, UpdateReply)
+    assert plain_reply.epsilon is None and noisy.epsilon > 0
+    assert not np.allclose(noisy.delta, plain_reply.delta)
+    # The same client, batches and clipping without noise: what differs is
+    # the noise, and it is no rounding error.
+    quiet = build_trainer(spec)
+    quiet.privacy = _clip_only(spec.privacy.max_grad_norm)
+    clipped = quiet.train(weights, CONFIG, round=0).delta
+    gap = np.linalg.norm(noisy.delta - clipped)
+    assert gap > 0.1 * np.linalg.norm(clipped)
+
+
+def test_a_client_refuses_the_round_that_would_exceed_its_budget() -> None:
+    plan = plan_run(small_scenario(rounds=2, dp=DP))
+    client = Client(plan.clients[0])
+    weights = plan.server.initial
+    spent = [_reply(client, weights, r).epsilon for r in range(2)]
+    assert 0 < spent[0] < spent[1] <= 10
+    refused = _reply(client, weights, 2)
+    assert isinstance(refused, ErrorReply) and refused.code == "budget_spent"
+    assert f"privacy budget spent: ε = {spent[1]:.2f} of 10" in refused.message
+
+
+def test_a_drift_keeps_the_accountant_a_new_run_does_not() -> None:
+    plan = plan_run(small_scenario(dp=DP))
+    spec = plan.clients[0]
+    first = work.trainer_for(spec)
+    assert first.privacy is not None
+    drifted = work.trainer_for(spec.model_copy(update={"rotation": 90.0}))
+    assert drifted is not first and drifted.privacy is first.privacy
+    again = plan_run(small_scenario(dp=DP)).clients[0]
+    assert work.trainer_for(again).privacy is not first.privacy
+
+
+# -- whole runs ---------------------------------------------------------------
+
+
+def test_a_run_planned_for_epsilon_10_spends_at_most_10(tmp_path: Path) -> None:
+    result = clusterfed.run(small_scenario(rounds=3, dp=DP), out=tmp_path, workers=1)
+    rows = read_rounds(tmp_path)
+    spent = [c["epsilon"] for c in rows[-1]["clients"]]
+    assert all(0 < e <= 10 for e in spent)
+    assert rows[-1]["epsilon_max"] == max(spent) == result.summary["epsilon_max"]
+    maxima = [r["epsilon_max"] for r in rows]
+    assert maxima == sorted(maxima) and maxima[0] > 0
+    assert result.summary["failed_updates"] == 0
+
+
+def test_a_private_run_is_reproducible_with_its_seed(tmp_path: Path) -> None:
+    scenario = small_scenario(rounds=2, dp=DP, events=[Join(start=1)])
+    clusterfed.run(scenario, out=tmp_path / "a", workers=1)
+    clusterfed.run(scenario, out=tmp_path / "b", workers=1)
+    clusterfed.run(scenario, out=tmp_path / "pool", workers=2)
+    runs = [read_rounds(tmp_path / name) for name in ("a", "b", "pool")]
+    for rows in runs:
+        for row in rows:
+            row.pop("wall_time")
+    assert runs[0] == runs[1] == runs[2]
+    assert runs[0][-1]["epsilon_max"] > 0
+
+
+@pytest.mark.parametrize("algorithm", sorted(algorithms()))
+def test_dp_works_with_every_algorithm(tmp_path: Path, algorithm: str) -> None:
+    result = clusterfed.run(
+        small_scenario(rounds=2, algorithm=algorithm, dp=DP), out=tmp_path, workers=1
+    )
+    assert result.summary["failed_updates"] == 0
+    assert result.summary["rejected_messages"] == 0
+    assert 0 < result.summary["epsilon_max"] <= 10
+
+
+def test_a_spent_budget_is_recorded_as_a_failed_update(tmp_path: Path) -> None:
+    # The clients plan for 2 rounds; a third is more than their budget allows.
+    plan = plan_run(small_scenario(rounds=2, dp=DP))
+
+    async def three_rounds() -> None:
+        runtime = LocalRuntime(workers=1)
+        recorder = RunRecorder(tmp_path, {})
+        engine = ScenarioEngine(plan)
+        await runtime.start(plan.server, plan.clients)
+        try:
+            for r in range(3):
+                events = await engine.begin_round(runtime, r, recorder.sim_time)
+                outcome = await runtime.run_round(r)
+                recorder.record(outcome, groups=engine.groups, events=events)
+        finally:
+            await runtime.close()
+
+    asyncio.run(three_rounds())
+    rows = read_rounds(tmp_path)
+    assert rows[1]["failed_updates"] == 0 and rows[2]["failed_updates"] == 6
+    for c in rows[2]["clients"]:
+        assert c["failed"] and not c["trained"]
+        assert c["reason"].startswith("budget_spent: privacy budget spent: ε =")
+        assert "of 10" in c["reason"]
+        assert c["epsilon"] == _client(rows[1], c["id"])["epsilon"] <= 10
+    assert rows[2]["epsilon_max"] == rows[1]["epsilon_max"] <= 10
+
+
+# -- models -------------------------------------------------------------------
+
+
+def _batch_norm_mlp(input_shape: Any, n_classes: int) -> nn.Module:
+    width = int(np.prod(input_shape))
+    return nn.Sequential(
+        nn.Flatten(), nn.Linear(width, 16), nn.BatchNorm1d(16), nn.ReLU(),
+        nn.Linear(16, n_classes),
+    )  # fmt: skip
+
+
+class _ScaledLinear(nn.Linear):
+    """A layer with a buffer beside its weights: no per-sample gradient."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register_buffer("scale", torch.ones(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) * self.scale
+
+
+def _buffered_mlp(input_shape: Any, n_classes: int) -> nn.Module:
+    return nn.Sequential(nn.Flatten(), _ScaledLinear(int(np.prod(input_shape)), 10))
+
+
+def test_batch_norm_is_fixed_by_opacus(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setitem(MODELS, "bn_mlp", _batch_norm_mlp)
+    scenario = small_scenario(rounds=1, dp=DP, model={"name": "bn_mlp"})
+    plan = plan_run(scenario)
+    trainer = work.trainer_for(plan.clients[0])
+    assert not any(isinstance(m, nn.BatchNorm1d) for m in trainer.model.modules())
+    assert any(isinstance(m, nn.GroupNorm) for m in trainer.model.modules())
+    assert plan.server.initial.shape == (n_parameters(trainer.model),)
+    result = clusterfed.run(scenario, out=tmp_path, workers=1)
+    assert result.summary["failed_updates"] == 0
+
+
+def test_a_model_opacus_cannot_handle_is_refused_naming_model(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(MODELS, "buffered", _buffered_mlp)
+    scenario = small_scenario(dp=DP, model={"name": "buffered"})
+    with pytest.raises(ScenarioError, match=r"model: 'buffered'.*buffers"):
+        plan_run(scenario)
+    plan_run(small_scenario(model={"name": "buffered"}))  # fine without DP
+
+
+def test_a_plain_trainer_has_no_budget_to_check() -> None:
+    assert _tiny_trainer(30, None).check_budget(TrainConfig()) is None
