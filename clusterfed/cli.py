@@ -52,7 +52,7 @@ def _run(args: argparse.Namespace) -> int:
         rounds=args.rounds,
         clients=args.clients,
         seed=args.seed,
-        overrides=args.set,
+        overrides=_overrides(args),
         workers=args.workers,
         ray_address=args.ray_address,
         clients_per_host=args.clients_per_host,
@@ -79,7 +79,7 @@ def _compare(args: argparse.Namespace) -> int:
         rounds=args.rounds,
         clients=args.clients,
         seed=args.seed,
-        overrides=args.set,
+        overrides=_overrides(args),
         runtime=args.runtime,
         workers=args.workers,
         ray_address=args.ray_address,
@@ -89,6 +89,11 @@ def _compare(args: argparse.Namespace) -> int:
     print(table(result.summaries))
     print(f"results: {result.out}")
     return 0
+
+
+def _overrides(args: argparse.Namespace) -> list[str]:
+    extra = [] if args.dp_epsilon is None else [f"dp.epsilon={args.dp_epsilon}"]
+    return [*extra, *args.set]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -142,6 +147,11 @@ def _common(parser: argparse.ArgumentParser, out_help: str) -> None:
     )
     parser.add_argument(
         "--workers", type=int, help="worker processes (default: one per core)"
+    )
+    parser.add_argument(
+        "--dp-epsilon",
+        type=float,
+        help="local DP budget per client (same as --set dp.epsilon=E)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 

@@ -13,6 +13,7 @@ from .events import Drift, Join
 from .spec import (
     ClassTablePartition,
     DirichletPartition,
+    DPSpec,
     IIDPartition,
     ModelSpec,
     Partition,
@@ -31,7 +32,8 @@ def dcfl_dynamic() -> Scenario:
             " client's images rotated by its group's angle (0/90/180/270; set"
             " transform.jitter=45 for a distinct angle per client, as in the"
             " paper); a new client every 10 rounds; from round 5, every 10 rounds a"
-            " random client drifts to another rotation; 60 rounds. The paper trains"
+            " random client drifts to another rotation; 60 rounds; local DP with"
+            " epsilon = 10, delta = 1e-5 (--set dp=off turns it off). The paper trains"
             " 1 local epoch on EMNIST clients holding thousands of images; a digits"
             " client holds about 60, so 1 epoch is 4 steps and its update is mostly"
             " noise: clients here train 5 local epochs (about 20 steps)."
@@ -43,6 +45,7 @@ def dcfl_dynamic() -> Scenario:
         train=TrainConfig(lr=0.05, momentum=0.9, batch_size=16, epochs=5),
         clients=20,
         rounds=60,
+        dp=DPSpec(epsilon=10.0, delta=1e-5),
         events=[
             Join(start=10, every=10),
             Drift(start=5, every=10, target="random", to_group="other"),

@@ -54,3 +54,12 @@ def test_the_console_script_is_installed() -> None:
         [exe, "run", "nowhere"], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 2 and "not a built-in scenario" in done.stderr
+
+
+def test_dp_epsilon_is_a_shorthand_for_the_dp_section(tmp_path: Path) -> None:
+    args = "run quickstart --rounds 1 --clients 4 --quiet --dp-epsilon 3"
+    assert main([*args.split(), "--out", str(tmp_path)]) == 0
+    config = json.loads((tmp_path / "config.json").read_text())
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert config["scenario"]["dp"]["epsilon"] == 3.0
+    assert 0 < summary["epsilon_max"] <= 3.0
