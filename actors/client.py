@@ -12,7 +12,9 @@ from typing import Any, TypeVar
 
 from clusterfed.algorithms import Candidate
 from clusterfed.protocol import (
+    ClassHistogram,
     ClusterfedError,
+    DescribeTask,
     Envelope,
     ErrorReply,
     EvaluateReply,
@@ -20,6 +22,9 @@ from clusterfed.protocol import (
     JoinRequest,
     LeaveNotice,
     Message,
+    ProbeReply,
+    ProbeScore,
+    ProbeTask,
     ProtocolError,
     Shutdown,
     TrainTask,
@@ -146,6 +151,24 @@ class Client:
                     loss=scores.loss,
                     n_samples=scores.n_samples,
                 )
+            case ProbeTask(models=models):
+                results = await self.offload(
+                    work.evaluate_many, self.spec, [m.weights for m in models]
+                )
+                n_test = len(self.spec.test)
+                return ProbeReply(
+                    scores=tuple(
+                        ProbeScore(owner=m.owner, accuracy=r.accuracy, loss=r.loss)
+                        for m, r in zip(models, results, strict=True)
+                    ),
+                    n_samples=n_test,
+                    compute_s=compute_s(
+                        self.spec.profile, n_test * len(models), self.spec.slowdown
+                    ),
+                )
+            case DescribeTask(want="class_histogram"):
+                counts = await self.offload(work.class_histogram, self.spec)
+                return ClassHistogram(client_id=self.id, counts=tuple(counts))
             case Shutdown():
                 self.stopped = True
                 return Shutdown(reason="acknowledged")

@@ -15,6 +15,7 @@ arguments, and its clients send their join requests again.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import os
@@ -126,6 +127,8 @@ class RayRuntime:
             clients over as many hosts as Ray reports CPUs.
         num_cpus: CPUs of a local Ray (default: all of this machine's).
         max_restarts: how often Ray restarts a dead host (0: never).
+        restart_wait_s: after a round, how long to wait for hosts being
+            restarted (their clients miss the round they died in, then return).
     """
 
     name = "ray"
@@ -137,6 +140,7 @@ class RayRuntime:
         clients_per_host: int | None = None,
         num_cpus: int | None = None,
         max_restarts: int = 0,
+        restart_wait_s: float = 120.0,
     ) -> None:
         if clients_per_host is not None and clients_per_host < 1:
             raise ValueError(f"clients_per_host must be >= 1, got {clients_per_host}")
@@ -144,6 +148,7 @@ class RayRuntime:
         self.clients_per_host = clients_per_host
         self.num_cpus = num_cpus
         self.max_restarts = max_restarts
+        self.restart_wait_s = restart_wait_s
         self.server: Any = None
         self.hosts: list[Any] = []
         self.home: dict[int, Any] = {}
@@ -201,7 +206,25 @@ class RayRuntime:
 
     async def run_round(self, round: int) -> RoundOutcome:
         outcome: RoundOutcome = await self.server.run_round.remote(round)
+        if self.max_restarts > 0:
+            await self._await_restarts()
         return outcome
+
+    async def _await_restarts(self) -> None:
+        """Wait for hosts Ray is restarting, so their clients (which rejoin
+        from the host's constructor) are back for the next round."""
+        deadline = asyncio.get_running_loop().time() + self.restart_wait_s
+        for host in self.hosts:
+            while True:
+                try:
+                    await host.pid.remote()
+                    break
+                except ray.exceptions.ActorUnavailableError:
+                    if asyncio.get_running_loop().time() > deadline:
+                        break
+                    await asyncio.sleep(0.2)
+                except ray.exceptions.RayActorError:
+                    break  # dead for good: its clients keep failing
 
     async def close(self) -> None:
         try:

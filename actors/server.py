@@ -4,6 +4,14 @@ The server owns the strategy's state and runs every round the same way: plan,
 send tasks, collect and check replies, aggregate, evaluate. Whatever a client
 sends back is checked before it can reach a model; what fails a check is
 refused, counted with its reason, and the round goes on without it.
+
+Two phases run only for a strategy that asks for them. Before planning, the
+clients not yet described answer a describe task (`Strategy.wants`, e.g.
+CAFA's class histogram), once each. Between training and aggregation, the
+strategy's probe plans (`Strategy.plan_probes`, e.g. CAFA's model sharing)
+send peers' models to clients that score them on their held-out splits; the
+scores reach `aggregate` on the updates. Both phases are messages like any
+other: their bytes are counted per client and their time adds to the round's.
 """
 
 from __future__ import annotations
@@ -16,10 +24,20 @@ from typing import Any, Literal
 
 import numpy as np
 
-from clusterfed.algorithms import ClientInfo, ClientUpdate, Strategy, TaskPlan, make
+from clusterfed.algorithms import (
+    ClientInfo,
+    ClientUpdate,
+    PeerScore,
+    ProbePlan,
+    Strategy,
+    TaskPlan,
+    make,
+)
 from clusterfed.protocol import (
     MAX_MESSAGE_BYTES,
+    ClassHistogram,
     ClusterModel,
+    DescribeTask,
     Envelope,
     ErrorReply,
     EvaluateReply,
@@ -28,6 +46,9 @@ from clusterfed.protocol import (
     JoinRequest,
     LeaveNotice,
     Message,
+    PeerModel,
+    ProbeReply,
+    ProbeTask,
     ProtocolError,
     Shutdown,
     TrainConfig,
@@ -91,6 +112,7 @@ class RoundOutcome:
     n_clusters: int
     rejections: list[str] = field(default_factory=list)
     epsilon_max: float | None = None  # the most ε any client has spent so far
+    diagnostics: dict[str, Any] = field(default_factory=dict)  # the strategy's
 
     @property
     def bytes_up(self) -> int:
@@ -158,6 +180,9 @@ class ParameterServer:
         self._rejections: list[str] = []  # drained into each round's outcome
         # Local DP: the ε each client (present or gone) last reported spending.
         self.epsilon: dict[ClientId, float] = {}
+        # Clients that answered the strategy's describe task (or were refused).
+        self.described: set[ClientId] = set()
+        self._n_classes: int | None = None  # the length of the first histogram
 
     # -- inbound messages (joins) ---------------------------------------------
 
@@ -197,6 +222,7 @@ class ParameterServer:
 
     def leave(self, client: ClientId) -> None:
         if self.clients.pop(client, None) is not None:
+            self.described.discard(client)
             self.state = self.strategy.on_leave(self.state, client)
 
     # -- the round ------------------------------------------------------------
@@ -206,6 +232,7 @@ class ParameterServer:
         self.round = round
         active = [self.clients[c] for c in sorted(self.clients)]
         outcomes = {c.id: ClientOutcome(c.id) for c in active}
+        describing = await self._describe(active, outcomes, round)
         plans = self.strategy.plan_round(self.state, round, active)
         tasks = self._tasks(plans)
         exchanges = await self._round_trip(
@@ -233,6 +260,7 @@ class ParameterServer:
                 outcome, replace(exchange, status=update.status, reason=update.reason)
             )
             updates.append(update)
+        updates, probing = await self._probe(updates, outcomes, round)
         self.state = self.strategy.aggregate(self.state, round, updates)
         await self._evaluate(active, outcomes, round)
         for outcome in outcomes.values():
@@ -241,17 +269,148 @@ class ParameterServer:
         rejections, self._rejections = self._rejections, []
         return RoundOutcome(
             round=round,
-            sim_duration=length,
+            sim_duration=describing + length + probing,
             clients=list(outcomes.values()),
             n_clusters=self.state.n_clusters,
             rejections=rejections,
             epsilon_max=max(self.epsilon.values(), default=None),
+            diagnostics=self.strategy.diagnostics(self.state),
         )
 
     async def shutdown(self) -> None:
         """Tell every client the run is over; a client that cannot hear is skipped."""
         bye = Shutdown(reason="run finished")
         await self._round_trip([(c, bye) for c in self.clients], -1)
+
+    async def _describe(
+        self,
+        active: Sequence[ClientInfo],
+        outcomes: dict[ClientId, ClientOutcome],
+        round: int,
+    ) -> float:
+        """Ask the clients not yet described for what the strategy wants; hand
+        the accepted histograms to the strategy. Returns the phase's length.
+
+        Only a strategy whose `wants` names a description gets one: for any
+        other, no client is asked and none sends anything about its data. A
+        client that does not answer is asked again next round; one whose
+        answer is refused is not.
+        """
+        if "class_histogram" not in self.strategy.wants:
+            return 0.0
+        todo = [c.id for c in active if c.id not in self.described]
+        if not todo:
+            return 0.0
+        task = DescribeTask(want="class_histogram")
+        exchanges = await self._round_trip([(c, task) for c in todo], round)
+        histograms: dict[ClientId, np.ndarray] = {}
+        durations = []
+        for client, exchange in zip(todo, exchanges, strict=True):
+            if exchange.status == "ok":
+                reply = exchange.reply.payload  # type: ignore[union-attr]
+                problem = self._check_histogram(reply, client)
+                if problem is None:
+                    assert isinstance(reply, ClassHistogram)
+                    histograms[client] = np.asarray(reply.counts, dtype=np.int64)
+                    self._n_classes = len(reply.counts)
+                else:
+                    exchange = replace(exchange, status="rejected", reason=problem)
+            if exchange.status != "ok" and exchange.reason is not None:
+                exchange = replace(exchange, reason=f"describe: {exchange.reason}")
+            self._book(outcomes[client], exchange)
+            if exchange.status != "failed":
+                self.described.add(client)
+            durations.append(self._duration(client, exchange))
+        if histograms:
+            self.state = self.strategy.on_describe(self.state, round, histograms)
+        return max((d for d in durations if d is not None), default=0.0)
+
+    def _check_histogram(self, payload: Message, client: ClientId) -> str | None:
+        if not isinstance(payload, ClassHistogram):
+            return f"expected a class_histogram, got {payload.kind!r}"
+        if payload.client_id != client:
+            return f"histogram of client {payload.client_id}, asked client {client}"
+        if sum(payload.counts) == 0:
+            return "class histogram counts no sample"
+        if self._n_classes is not None and len(payload.counts) != self._n_classes:
+            return (
+                f"class histogram of {len(payload.counts)} classes,"
+                f" the others have {self._n_classes}"
+            )
+        return None
+
+    async def _probe(
+        self,
+        updates: list[ClientUpdate],
+        outcomes: dict[ClientId, ClientOutcome],
+        round: int,
+    ) -> tuple[list[ClientUpdate], float]:
+        """Run the strategy's probe plans; the scores go onto the owners'
+        updates as `peer_scores`. Returns the updates and the phase's length
+        (the slowest probe: the server waits for every answer)."""
+        plans = [
+            p
+            for p in self.strategy.plan_probes(self.state, round, updates)
+            if p.client in outcomes and p.models
+        ]
+        if not plans:
+            return updates, 0.0
+        exchanges = await self._round_trip(
+            [
+                (p.client, t)
+                for p, t in zip(plans, self._probe_tasks(plans), strict=True)
+            ],
+            round,
+        )
+        scores: dict[ClientId, dict[ClientId, PeerScore]] = {}
+        durations = []
+        for plan, exchange in zip(plans, exchanges, strict=True):
+            if exchange.status == "ok":
+                reply = exchange.reply.payload  # type: ignore[union-attr]
+                problem = self._check_probe(reply, plan)
+                if problem is None:
+                    assert isinstance(reply, ProbeReply)
+                    for score in reply.scores:
+                        scores.setdefault(ClientId(score.owner), {})[plan.client] = (
+                            PeerScore(score.accuracy, score.loss, reply.n_samples)
+                        )
+                else:
+                    exchange = replace(exchange, status="rejected", reason=problem)
+            if exchange.status != "ok" and exchange.reason is not None:
+                exchange = replace(exchange, reason=f"probe: {exchange.reason}")
+            self._book(outcomes[plan.client], exchange)
+            durations.append(self._duration(plan.client, exchange))
+        scored = [
+            replace(u, peer_scores=scores[u.client]) if u.client in scores else u
+            for u in updates
+        ]
+        return scored, max((d for d in durations if d is not None), default=0.0)
+
+    def _probe_tasks(self, plans: Sequence[ProbePlan]) -> list[ProbeTask]:
+        """One probe task per plan; a model sent to several clients is built once."""
+        models: dict[tuple[int, int], PeerModel] = {}
+        tasks = []
+        for plan in plans:
+            sent = []
+            for owner in sorted(plan.models):
+                weights = plan.models[owner]
+                key = (owner, id(weights))
+                if key not in models:
+                    models[key] = PeerModel(owner=owner, weights=weights)
+                sent.append(models[key])
+            tasks.append(ProbeTask(models=tuple(sent)))
+        return tasks
+
+    def _check_probe(self, payload: Message, plan: ProbePlan) -> str | None:
+        if not isinstance(payload, ProbeReply):
+            return f"expected a probe_reply, got {payload.kind!r}"
+        owners = [s.owner for s in payload.scores]
+        if sorted(owners) != sorted(plan.models):
+            return (
+                f"probe scores for models {sorted(owners)},"
+                f" the task sent {sorted(plan.models)}"
+            )
+        return None
 
     def _tasks(self, plans: Sequence[TaskPlan]) -> list[TrainTask]:
         """One task per plan; plans that send the same models share one object,
@@ -424,7 +583,9 @@ class ParameterServer:
         if exchange.status == "failed" or exchange.reply is None:
             return None
         payload = exchange.reply.payload
-        compute = payload.compute_s if isinstance(payload, UpdateReply) else 0.0
+        compute = (
+            payload.compute_s if isinstance(payload, UpdateReply | ProbeReply) else 0.0
+        )
         profile = self.profiles.get(client, DeviceProfile())
         return (
             transfer_s(profile, exchange.bytes_down)

@@ -6,11 +6,13 @@ worker; the worker loads the dataset once and slices its client's samples.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
+from torch import nn
 from torchvision.transforms.functional import InterpolationMode
 from torchvision.transforms.functional import rotate as rotate_image
 
@@ -77,15 +79,33 @@ class ClientSpec(BaseModel):
         return self.model_dump(exclude={"group", "profile", "slowdown"})
 
 
+_scratch: dict[str, nn.Module] = {}
+
+
+def scratch_model(
+    spec: ClientSpec, input_shape: tuple[int, ...], n_classes: int
+) -> nn.Module:
+    """The model a client's tasks run in, shared by the clients of a process.
+
+    A task loads its weights first and leaves nothing behind, and a process
+    serves one task at a time, so one model per architecture is enough:
+    1,000 clients of a 500k-weight MLP cost one model, not a thousand.
+    """
+    private = spec.privacy is not None
+    key = json.dumps([spec.model, spec.model_params, input_shape, n_classes, private])
+    model = _scratch.get(key)
+    if model is None:
+        model = build_model(spec.model, input_shape, n_classes, **spec.model_params)
+        model = _scratch[key] = private_model(model) if private else model
+    return model
+
+
 def build_trainer(spec: ClientSpec) -> LocalTrainer:
-    """The client's trainer: its samples, transformed, and a fresh model."""
+    """The client's trainer: its samples, transformed, and the shared model."""
     data = load_dataset(spec.dataset, spec.dataset_root)
-    model = build_model(
-        spec.model, data.input_shape, data.n_classes, **spec.model_params
-    )
+    model = scratch_model(spec, data.input_shape, data.n_classes)
     privacy = None
     if spec.privacy is not None:
-        model = private_model(model)
         privacy = PrivateTraining(
             epsilon=spec.privacy.epsilon,
             delta=spec.privacy.delta,

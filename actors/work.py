@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from clusterfed.algorithms import Candidate, make_policy
+from clusterfed.data import load_dataset
 from clusterfed.protocol import IdentityRule, TrainConfig
 from clusterfed.types import ClusterId
 
@@ -76,6 +77,20 @@ def train(
 
 def evaluate(spec: ClientSpec, weights: np.ndarray) -> EvalResult:
     return trainer_for(spec).evaluate(weights)
+
+
+def evaluate_many(spec: ClientSpec, models: Sequence[np.ndarray]) -> list[EvalResult]:
+    """Each model's accuracy and loss on the held-out split (a probe task)."""
+    trainer = trainer_for(spec)
+    return [trainer.evaluate(weights) for weights in models]
+
+
+def class_histogram(spec: ClientSpec) -> list[int]:
+    """Training samples per class, as the client reads its labels (after any
+    label permutation): the one description of its data a client may send."""
+    labels = trainer_for(spec).y_train.numpy()
+    n_classes = load_dataset(spec.dataset, spec.dataset_root).n_classes
+    return [int(n) for n in np.bincount(labels, minlength=n_classes)]
 
 
 def init_worker() -> None:

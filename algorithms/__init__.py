@@ -9,10 +9,13 @@ from .base import (
     ClientProbe,
     ClientUpdate,
     IdentityPolicy,
+    PeerScore,
+    ProbePlan,
     ServerState,
     Strategy,
     TaskPlan,
     UpdateStatus,
+    Want,
 )
 from .registry import algorithms, identity_policies, make, make_policy, parameters
 
@@ -22,10 +25,13 @@ __all__ = [
     "ClientProbe",
     "ClientUpdate",
     "IdentityPolicy",
+    "PeerScore",
+    "ProbePlan",
     "ServerState",
     "Strategy",
     "TaskPlan",
     "UpdateStatus",
+    "Want",
     "algorithms",
     "average_per_cluster",
     "identity_policies",

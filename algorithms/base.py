@@ -20,6 +20,8 @@ from clusterfed.protocol import TrainConfig
 from clusterfed.types import ClientId, ClusterId
 
 UpdateStatus = Literal["ok", "late", "failed", "rejected"]
+Want = Literal["class_histogram"]
+"""A data description a strategy may ask clients for (see `Strategy.wants`)."""
 
 
 @dataclass(frozen=True)
@@ -54,12 +56,36 @@ class TaskPlan:
 
 
 @dataclass(frozen=True)
+class ProbePlan:
+    """One client scores several models on its held-out split (model sharing).
+
+    `models` maps the client whose model it is (its owner) to the weights. The
+    server sends them in one probe task; the scores come back to the strategy
+    on the owners' `ClientUpdate.peer_scores`.
+    """
+
+    client: ClientId
+    models: Mapping[ClientId, np.ndarray]
+
+
+@dataclass(frozen=True)
+class PeerScore:
+    """How a model did on one peer's held-out split of `n_samples` samples."""
+
+    accuracy: float
+    loss: float
+    n_samples: int
+
+
+@dataclass(frozen=True)
 class ClientUpdate:
     """A client's outcome as the strategy sees it: data, never an exception.
 
     `base` is the model the client trained from and `delta` the change it
     uploaded; both are None unless `status` is "ok" (or "late", where the
-    strategy may use a stale update).
+    strategy may use a stale update). `peer_scores` holds, by evaluating
+    client, the scores this update's model got in the round's probes (empty
+    unless the strategy plans probes).
     """
 
     client: ClientId
@@ -70,6 +96,7 @@ class ClientUpdate:
     n_samples: int = 0
     loss: float | None = None
     reason: str | None = None
+    peer_scores: Mapping[ClientId, PeerScore] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -110,9 +137,18 @@ class Strategy(ABC):
 
     Hyperparameters are keyword-only `__init__` arguments with defaults; bad
     values raise `ValueError` naming the value.
+
+    Optional hooks, all no-ops by default: `wants` + `on_describe` (clients
+    describe their data once, only for a strategy that asks), `plan_probes`
+    (model sharing between training and aggregation), `diagnostics` (what the
+    strategy decided, for the results).
     """
 
     name: ClassVar[str]
+    wants: ClassVar[tuple[Want, ...]] = ()
+    """Data descriptions the server asks every client for, once, before the
+    client's first round; the answers reach `on_describe`. Empty: clients
+    send nothing about their data."""
 
     @property
     def initial_models(self) -> int:
@@ -154,6 +190,31 @@ class Strategy(ABC):
         self, state: ServerState, round: int, updates: Sequence[ClientUpdate]
     ) -> ServerState:
         """Fold this round's updates into new cluster models (and assignment)."""
+
+    def on_describe(
+        self,
+        state: ServerState,
+        round: int,
+        histograms: Mapping[ClientId, np.ndarray],
+    ) -> ServerState:
+        """Clients described their data (only if `wants` asks): the class
+        histograms (training samples per class, int64) of the clients that
+        answered at the start of `round`, in client order."""
+        return state
+
+    def plan_probes(
+        self, state: ServerState, round: int, updates: Sequence[ClientUpdate]
+    ) -> list[ProbePlan]:
+        """After training, before `aggregate`: which client scores which models
+        on its held-out split. The scores reach `aggregate` on the updates'
+        `peer_scores`. By default nobody probes."""
+        return []
+
+    def diagnostics(self, state: ServerState) -> dict[str, Any]:
+        """What the strategy decided, as plain JSON values, recorded with each
+        round (`strategy` in rounds.jsonl). Never ground truth: a strategy
+        does not know it."""
+        return {}
 
     def model_for(
         self, state: ServerState, client: ClientId

@@ -35,6 +35,7 @@ cluster's (mean, max) update norms of the last round to help choose them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from sklearn.cluster import AgglomerativeClustering
@@ -76,6 +77,18 @@ class CFL(Strategy):
     ) -> ServerState:
         state = state.replace(models=average_per_cluster(state.models, updates))
         return self.split(state, round, updates)
+
+    def diagnostics(self, state: ServerState) -> dict[str, Any]:
+        """Each cluster's (mean, max) update norms of the last round."""
+        norms = state.extra.get("update_norms")
+        if norms is None:
+            return {}
+        return {
+            "update_norms": {
+                str(cluster): {"mean": float(mean), "max": float(top)}
+                for cluster, (mean, top) in sorted(norms.items())
+            }
+        }
 
     def split(
         self, state: ServerState, round: int, updates: Sequence[ClientUpdate]

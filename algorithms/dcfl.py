@@ -49,6 +49,7 @@ import math
 import warnings
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from sklearn.cluster import AffinityPropagation
@@ -142,6 +143,17 @@ class DCFL(Strategy):
         if client not in state.assignment and client in _pending(state):
             return GLOBAL_MODEL, global_model(state.models)
         return super().model_for(state, client)
+
+    def diagnostics(self, state: ServerState) -> dict[str, Any]:
+        """The last Dunn index (None when infinite or undefined) and whether
+        the last round re-clustered."""
+        if "dunn_index" not in state.extra:
+            return {}
+        index = float(state.extra["dunn_index"])
+        return {
+            "dunn_index": index if math.isfinite(index) else None,
+            "reclustered": bool(state.extra.get("reclustered", False)),
+        }
 
     # -- the round ------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from clusterfed.scenarios import (
     with_overrides,
 )
 
-from .results import RunRecorder, mean_std
+from .results import RunRecorder, cbcc_scores, mean_std
 
 RUNTIMES = ("local", "ray")
 
@@ -39,7 +39,7 @@ def run(
     scenario: Scenario | str | Path,
     *,
     out: str | Path | None = None,
-    runtime: str = "local",
+    runtime: str | Runtime = "local",
     algorithm: str | None = None,
     rounds: int | None = None,
     clients: int | None = None,
@@ -55,7 +55,8 @@ def run(
     Args:
         scenario: a `Scenario`, a built-in name, or a path to a .toml/.py file.
         out: results folder; default `runs/<scenario>-<algorithm>-seed<seed>`.
-        runtime: "local" (one process, asyncio, worker processes) or "ray".
+        runtime: "local" (one process, asyncio, worker processes), "ray", or
+            a runtime object built by hand (e.g. a configured `RayRuntime`).
         algorithm, rounds, clients, seed: replace the scenario's own values.
         overrides: `key.path=value` assignments, as `--set` on the command line.
         workers: worker processes of the local runtime (default: one per core).
@@ -76,18 +77,30 @@ def run(
         clients=clients,
         seed=seed,
     )
-    if runtime not in RUNTIMES:
-        raise ConfigError(f"unknown runtime {runtime!r}; known: {', '.join(RUNTIMES)}")
     folder = Path(out) if out is not None else default_out(resolved)
+    host = make_runtime(
+        runtime, workers=workers, address=ray_address, clients_per_host=clients_per_host
+    )
+    return asyncio.run(_run(resolved, folder, host, progress))
+
+
+def make_runtime(
+    runtime: str | Runtime,
+    *,
+    workers: int | None = None,
+    address: str | None = None,
+    clients_per_host: int | None = None,
+) -> Runtime:
+    """A runtime by name ("local", "ray"), or `runtime` itself if it is one."""
+    if not isinstance(runtime, str):
+        return runtime
+    if runtime == "local":
+        return LocalRuntime(workers=workers)
     if runtime == "ray":
         from clusterfed.actors.ray_runtime import RayRuntime
 
-        host: Runtime = RayRuntime(
-            address=ray_address, clients_per_host=clients_per_host
-        )
-    else:
-        host = LocalRuntime(workers=workers)
-    return asyncio.run(_run(resolved, folder, host, progress))
+        return RayRuntime(address=address, clients_per_host=clients_per_host)
+    raise ConfigError(f"unknown runtime {runtime!r}; known: {', '.join(RUNTIMES)}")
 
 
 def default_out(scenario: Scenario) -> Path:
@@ -138,5 +151,30 @@ async def _run(
     finally:
         bar.close()
         await runtime.close()
-    summary = recorder.finish(algorithm=scenario.algorithm, scenario=scenario.name)
+    summary = recorder.finish(
+        algorithm=scenario.algorithm,
+        scenario=scenario.name,
+        extra=_strategy_summary(scenario, engine, recorder.rows),
+    )
     return RunResult(out, summary, recorder.rows)
+
+
+def _strategy_summary(
+    scenario: Scenario, engine: ScenarioEngine, rows: Sequence[dict[str, Any]]
+) -> dict[str, Any]:
+    """Summary keys scored from the strategy's last diagnostics against the
+    ground truth, which only the scenario knows: `cbcc` for CAFA."""
+    if not rows:
+        return {}
+    iid = scenario.partition.iid_groups()
+    truth = (
+        {
+            cid: engine.partition_groups[cid] in iid
+            for cid in engine.specs
+            if cid in engine.partition_groups
+        }
+        if iid is not None
+        else None
+    )
+    cbcc = cbcc_scores(rows[-1].get("strategy") or {}, truth)
+    return {} if cbcc is None else {"cbcc": cbcc}

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from sklearn.metrics import accuracy_score, f1_score, precision_score, recall_score
 
 from clusterfed.actors import RoundOutcome
 
@@ -97,15 +98,28 @@ class RunRecorder:
             "rejected_messages": outcome.rejected_messages,
             "rejections": outcome.rejections,
             "clients": clients,
+            "strategy": _plain(outcome.diagnostics),
         }
         self.rows.append(row)
         with (self.out / "rounds.jsonl").open("a") as stream:
             stream.write(json.dumps(row, allow_nan=False) + "\n")
         return row
 
-    def finish(self, *, algorithm: str, scenario: str, title: str | None = None) -> Row:
-        """Write summary.json and the plots; return the summary."""
+    def finish(
+        self,
+        *,
+        algorithm: str,
+        scenario: str,
+        title: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> Row:
+        """Write summary.json and the plots; return the summary.
+
+        `extra` adds keys to the summary (e.g. `cbcc`); it never replaces one.
+        """
         summary = summarize(self.rows, algorithm=algorithm, scenario=scenario)
+        for key, value in (extra or {}).items():
+            summary.setdefault(key, _plain(value))
         summary["wall_s"] = time.perf_counter() - self._start
         _write_json(self.out / "summary.json", summary)
         plot_run(self.out, self.rows, title or f"{scenario} · {algorithm}")
@@ -149,6 +163,46 @@ def summarize(rows: Sequence[Row], *, algorithm: str, scenario: str) -> Row:
     }
 
 
+def cbcc_scores(
+    diagnostics: Mapping[str, Any], iid_truth: Mapping[int, bool] | None
+) -> Row | None:
+    """How well CBCC (CAFA) tells IID clients from the rest (004 Tables II–III).
+
+    `diagnostics` is a round's `strategy` record; its `cbcc` lists the clients
+    CBCC placed and those it calls IID. `iid_truth` says, for each client,
+    whether the scenario planted it IID (None: the partition does not say).
+    IID is the positive class; the scores cover the clients CBCC placed that
+    have a ground truth. None if the strategy reports no CBCC.
+    """
+    cbcc = diagnostics.get("cbcc")
+    if not isinstance(cbcc, Mapping):
+        return None
+    scores: Row = {
+        "k": cbcc.get("k"),
+        "precision": None,
+        "recall": None,
+        "accuracy": None,
+        "f1": None,
+    }
+    called = {int(c) for c in cbcc.get("iid_clients", [])}
+    placed = sorted(int(c) for c in cbcc.get("clusters", {}))
+    judged = [c for c in placed if iid_truth is not None and c in iid_truth]
+    if not judged:
+        return scores
+    truth = [bool(iid_truth[c]) for c in judged]  # type: ignore[index]
+    found = [c in called for c in judged]
+    scores.update(
+        precision=float(precision_score(truth, found, zero_division=0)),
+        recall=float(recall_score(truth, found, zero_division=0)),
+        accuracy=float(accuracy_score(truth, found)),
+        f1=float(f1_score(truth, found, zero_division=0)),
+        clients=len(judged),
+        iid_true=sum(truth),
+        iid_found=sum(found),
+    )
+    return scores
+
+
 def mean_std(row: Row) -> tuple[float, float] | None:
     """Mean and standard deviation of the client accuracies of one round."""
     accs = [c["acc"] for c in row["clients"] if c["acc"] is not None]
@@ -183,6 +237,21 @@ def _write_json(path: Path, data: Mapping[str, Any]) -> None:
         json.dumps(data, indent=2, default=_jsonable, allow_nan=False) + "\n"
     )
     os.replace(tmp, path)
+
+
+def _plain(value: Any) -> Any:
+    """`value` as plain JSON values: string keys, lists, finite floats (a
+    non-finite one becomes None), Python scalars for numpy ones."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset | np.ndarray):
+        items = sorted(value) if isinstance(value, set | frozenset) else value
+        return [_plain(v) for v in items]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def _jsonable(value: Any) -> Any:

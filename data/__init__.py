@@ -10,6 +10,7 @@ from .partition import (
     dirichlet,
     holdout,
     iid,
+    iid_mix,
     shards,
 )
 
@@ -22,6 +23,7 @@ __all__ = [
     "dirichlet",
     "holdout",
     "iid",
+    "iid_mix",
     "load_dataset",
     "shards",
 ]

@@ -156,6 +156,84 @@ def class_table(
     return Partition(indices, groups)
 
 
+def iid_mix(
+    labels: np.ndarray,
+    n_clients: int,
+    iid_clients: int,
+    classes_per_client: tuple[int, int],
+    rng: np.random.Generator,
+    *,
+    consecutive: bool = True,
+) -> Partition:
+    """IID clients beside clients that hold a few classes (Zhang et al., §IV).
+
+    `iid_clients` clients, at seeded random positions, deal out evenly a random
+    sample of their share (iid_clients / n_clients) of the dataset, so each
+    holds the dataset's class mix up to sampling noise: ground-truth group 0.
+    Every other client holds k classes, k drawn uniformly from
+    `classes_per_client` (inclusive): k consecutive classes (modulo C) from a
+    random first one, as the authors' code deals them, or with `consecutive`
+    false any k classes. Each class left over is split among the clients
+    holding it in proportion to C / k, so that a client holds about as many
+    samples whatever its k (a class nobody holds stays unused). Clients
+    holding the same set of classes share a group, numbered from 1 in order of
+    first appearance.
+    """
+    classes = np.unique(labels)
+    n_classes = len(classes)
+    low, high = classes_per_client
+    if not 1 <= low <= high <= n_classes:
+        raise ConfigError(
+            f"classes per non-IID client must satisfy 1 <= min <= max <="
+            f" {n_classes}, got {low}..{high}"
+        )
+    if not 0 <= iid_clients <= n_clients:
+        raise ConfigError(f"iid_clients must be in 0..{n_clients}, got {iid_clients}")
+    _check_clients(n_clients, len(labels))
+    is_iid = np.zeros(n_clients, dtype=bool)
+    is_iid[rng.choice(n_clients, size=iid_clients, replace=False)] = True
+    order = rng.permutation(len(labels))
+    n_iid_samples = round(len(labels) * iid_clients / n_clients)
+    iid_parts = iter(np.array_split(order[:n_iid_samples], max(1, iid_clients)))
+    rest = order[n_iid_samples:]
+    others = [c for c in range(n_clients) if not is_iid[c]]
+    held = []
+    weights = np.zeros((len(others), n_classes))
+    for row in range(len(others)):
+        k = int(rng.integers(low, high + 1))
+        if consecutive:
+            chosen = np.sort((int(rng.integers(n_classes)) + np.arange(k)) % n_classes)
+        else:
+            chosen = np.sort(rng.choice(n_classes, size=k, replace=False))
+        held.append(tuple(int(classes[c]) for c in chosen))
+        weights[row, chosen] = n_classes / k
+    pieces: list[list[np.ndarray]] = [[] for _ in others]
+    for column, c in enumerate(classes):
+        # Only the holders share the class: the last of them takes what the
+        # rounding leaves, so nobody else gets a stray sample.
+        holders = np.flatnonzero(weights[:, column])
+        if not len(holders):
+            continue
+        members = rest[labels[rest] == c]  # already in random order
+        share = np.cumsum(weights[holders, column])
+        cuts = (share[:-1] / share[-1] * len(members)).astype(int)
+        for holder, chunk in zip(holders, np.split(members, cuts), strict=True):
+            pieces[int(holder)].append(chunk)
+    indices: list[np.ndarray] = []
+    groups: list[int] = []
+    keys: dict[tuple[int, ...], int] = {}
+    non_iid = iter(range(len(others)))
+    for client in range(n_clients):
+        if is_iid[client]:
+            indices.append(np.sort(next(iid_parts)))
+            groups.append(0)
+            continue
+        row = next(non_iid)
+        indices.append(np.sort(np.concatenate(pieces[row])))
+        groups.append(keys.setdefault(held[row], len(keys) + 1))
+    return Partition(indices, groups)
+
+
 def holdout(
     partition: Partition, test_fraction: float, rng: np.random.Generator
 ) -> list[ClientSplit]:

@@ -9,8 +9,12 @@ from __future__ import annotations
 from .codec import MAX_MESSAGE_BYTES, decode, describe, encode, encode_many
 from .errors import ClusterfedError, ProtocolError
 from .messages import (
+    MAX_CLASSES,
+    MAX_PEER_MODELS,
     MESSAGE_KINDS,
+    ClassHistogram,
     ClusterModel,
+    DescribeTask,
     Envelope,
     ErrorReply,
     EvaluateReply,
@@ -19,6 +23,10 @@ from .messages import (
     JoinRequest,
     LeaveNotice,
     Message,
+    PeerModel,
+    ProbeReply,
+    ProbeScore,
+    ProbeTask,
     Shutdown,
     TrainConfig,
     TrainTask,
@@ -29,11 +37,15 @@ from .tensor import FlatVector, Tensor
 from .version import PROTOCOL_VERSION
 
 __all__ = [
+    "MAX_CLASSES",
     "MAX_MESSAGE_BYTES",
+    "MAX_PEER_MODELS",
     "MESSAGE_KINDS",
     "PROTOCOL_VERSION",
+    "ClassHistogram",
     "ClusterModel",
     "ClusterfedError",
+    "DescribeTask",
     "Envelope",
     "ErrorReply",
     "EvaluateReply",
@@ -43,6 +55,10 @@ __all__ = [
     "JoinRequest",
     "LeaveNotice",
     "Message",
+    "PeerModel",
+    "ProbeReply",
+    "ProbeScore",
+    "ProbeTask",
     "ProtocolError",
     "Shutdown",
     "Tensor",

@@ -15,6 +15,12 @@ from .tensor import FlatVector
 from .version import PROTOCOL_VERSION
 
 NonNegInt = Annotated[int, Field(ge=0)]
+Count = Annotated[int, Field(ge=0, le=2**53)]
+
+MAX_CLASSES = 65_536
+"""The longest class histogram a client may send."""
+MAX_PEER_MODELS = 1024
+"""The most models one probe task may carry."""
 
 
 class _Frozen(BaseModel):
@@ -120,6 +126,58 @@ class EvaluateReply(_Frozen):
     n_samples: NonNegInt
 
 
+class DescribeTask(_Frozen):
+    """The server asks a client to describe its data, because the strategy wants it.
+
+    The only description there is, `class_histogram`, is CAFA's (Zhang et al.):
+    how many training samples of each class the client holds. It is the one
+    piece of data description a client ever sends, and only when asked.
+    """
+
+    kind: Literal["describe_task"] = "describe_task"
+    want: Literal["class_histogram"] = "class_histogram"
+
+
+class ClassHistogram(_Frozen):
+    """A client's answer to a describe task: its training samples per class."""
+
+    kind: Literal["class_histogram"] = "class_histogram"
+    client_id: NonNegInt
+    counts: tuple[Count, ...] = Field(min_length=1, max_length=MAX_CLASSES)
+
+
+class PeerModel(_Frozen):
+    """A model a client is asked to score: whose model it is, and its weights."""
+
+    owner: NonNegInt = Field(description="the client that trained it")
+    weights: FlatVector
+
+
+class ProbeTask(_Frozen):
+    """Score each of `models` (peers' models, shared through the server) on the
+    client's held-out split: model sharing, as in CAFA's ABFA."""
+
+    kind: Literal["probe_task"] = "probe_task"
+    models: tuple[PeerModel, ...] = Field(min_length=1, max_length=MAX_PEER_MODELS)
+
+
+class ProbeScore(_Frozen):
+    """How one peer's model did on the client's held-out split."""
+
+    owner: NonNegInt
+    accuracy: float = Field(ge=0, le=1)
+    loss: float
+
+
+class ProbeReply(_Frozen):
+    """One score per model of the probe task, on `n_samples` held-out samples."""
+
+    kind: Literal["probe_reply"] = "probe_reply"
+    scores: tuple[ProbeScore, ...] = Field(min_length=1, max_length=MAX_PEER_MODELS)
+    n_samples: NonNegInt
+    compute_s: float = Field(ge=0, description="simulated compute time")
+
+
 class ErrorReply(_Frozen):
     """A request that could not be served, and why."""
 
@@ -141,6 +199,10 @@ Message = Annotated[
     | UpdateReply
     | EvaluateTask
     | EvaluateReply
+    | DescribeTask
+    | ClassHistogram
+    | ProbeTask
+    | ProbeReply
     | ErrorReply
     | Shutdown,
     Field(discriminator="kind"),
@@ -168,6 +230,10 @@ MESSAGE_KINDS: tuple[str, ...] = (
     "update_reply",
     "evaluate_task",
     "evaluate_reply",
+    "describe_task",
+    "class_histogram",
+    "probe_task",
+    "probe_reply",
     "error",
     "shutdown",
 )

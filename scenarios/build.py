@@ -38,6 +38,7 @@ from .events import Join
 from .spec import (
     ClassTablePartition,
     DirichletPartition,
+    IIDMixPartition,
     IIDPartition,
     Scenario,
     ShardsPartition,
@@ -264,6 +265,15 @@ def _partition(
             )
         case ShardsPartition(labels_per_client=k):
             partition = partitioners.shards(labels, total, k, rng)
+        case IIDMixPartition(iid_fraction=share):
+            partition = partitioners.iid_mix(
+                labels,
+                total,
+                round(share * total),
+                spec.classes_per_client(data.n_classes),
+                rng,
+                consecutive=spec.consecutive_classes,
+            )
         case _:
             raise ScenarioError(f"partition: unknown kind {spec!r}")
     parts = iter(range(n, total))

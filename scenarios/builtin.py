@@ -38,4 +38,6 @@ BUILTIN: dict[str, Callable[[], Scenario]] = {
     "fedac-3clusters": papers.fedac_3clusters,
     "fedac-4clusters": papers.fedac_4clusters,
     "gradloss-fig2": papers.gradloss_fig2,
+    "cafa-mix": papers.cafa_mix,
+    "cafa-mix50": papers.cafa_mix50,
 }

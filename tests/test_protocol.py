@@ -9,9 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clusterfed.protocol import (
+    MAX_CLASSES,
     MESSAGE_KINDS,
     PROTOCOL_VERSION,
+    ClassHistogram,
     ClusterModel,
+    DescribeTask,
     Envelope,
     ErrorReply,
     EvaluateReply,
@@ -19,6 +22,10 @@ from clusterfed.protocol import (
     IdentityRule,
     JoinRequest,
     LeaveNotice,
+    PeerModel,
+    ProbeReply,
+    ProbeScore,
+    ProbeTask,
     ProtocolError,
     Shutdown,
     TrainConfig,
@@ -55,6 +62,22 @@ PAYLOADS = [
     ),
     EvaluateTask(model=ClusterModel(cluster=0, weights=WEIGHTS)),
     EvaluateReply(cluster=0, accuracy=0.9, loss=0.3, n_samples=10),
+    DescribeTask(want="class_histogram"),
+    ClassHistogram(client_id=3, counts=(12, 0, 7, 30)),
+    ProbeTask(
+        models=(
+            PeerModel(owner=4, weights=WEIGHTS),
+            PeerModel(owner=9, weights=-WEIGHTS),
+        )
+    ),
+    ProbeReply(
+        scores=(
+            ProbeScore(owner=4, accuracy=0.75, loss=0.6),
+            ProbeScore(owner=9, accuracy=0.5, loss=1.2),
+        ),
+        n_samples=12,
+        compute_s=0.05,
+    ),
     ErrorReply(code="refused", message="no"),
     Shutdown(reason="done"),
 ]
@@ -189,6 +212,73 @@ def test_encode_many_matches_encode_and_packs_a_shared_payload_once() -> None:
 def test_malformed_input_raises_protocol_error_naming_the_problem(
     data: bytes, named: str
 ) -> None:
+    with pytest.raises(ProtocolError, match=named):
+        decode(data)
+
+
+def _raw(payload, **changes) -> dict:  # type: ignore[no-untyped-def]
+    """A valid envelope of `payload` as a plain dict with payload fields changed."""
+    data = envelope(payload).model_dump(mode="python")
+    data["payload"].update(changes)
+    return data
+
+
+HISTOGRAM = next(p for p in PAYLOADS if p.kind == "class_histogram")
+PROBE_TASK = next(p for p in PAYLOADS if p.kind == "probe_task")
+PROBE_REPLY = next(p for p in PAYLOADS if p.kind == "probe_reply")
+
+
+@pytest.mark.parametrize(
+    ("data", "named"),
+    [
+        (pack(_raw(HISTOGRAM, counts=[3, -1, 2])), "counts.1"),
+        (pack(_raw(HISTOGRAM, counts=[])), "counts"),
+        (pack(_raw(HISTOGRAM, counts=[1] * (MAX_CLASSES + 1))), "counts"),
+        (pack(_raw(HISTOGRAM, counts=[1.5, 2])), "counts.0"),
+        (pack(_raw(HISTOGRAM, counts=[2**60])), "counts.0"),
+        (pack(_raw(HISTOGRAM, samples=[[0.1]])), "samples"),
+        (pack(_raw(DescribeTask(), want="raw_samples")), "want"),
+        (pack(_raw(PROBE_TASK, models=[])), "models"),
+        (
+            pack(_raw(PROBE_TASK, models=[{"owner": -1, "weights": WEIGHTS}])),
+            "owner",
+        ),
+        (
+            pack(
+                _raw(
+                    PROBE_REPLY,
+                    scores=[{"owner": 4, "accuracy": 1.5, "loss": 0.1}],
+                )
+            ),
+            "accuracy",
+        ),
+        (
+            pack(
+                _raw(
+                    PROBE_REPLY,
+                    scores=[{"owner": 4, "accuracy": 0.5, "loss": float("nan")}],
+                )
+            ),
+            "loss",
+        ),
+        (pack(_raw(PROBE_REPLY, compute_s=-1.0)), "compute_s"),
+    ],
+    ids=[
+        "negative count",
+        "empty histogram",
+        "histogram too long",
+        "fractional count",
+        "huge count",
+        "histogram with samples",
+        "unknown description",
+        "probe without models",
+        "negative owner",
+        "accuracy over 1",
+        "NaN loss",
+        "negative compute",
+    ],
+)
+def test_malformed_histograms_and_probes_are_refused(data: bytes, named: str) -> None:
     with pytest.raises(ProtocolError, match=named):
         decode(data)
 

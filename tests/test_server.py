@@ -172,3 +172,94 @@ def test_task_overrides_change_one_task_only() -> None:
     assert all(isinstance(t, TrainTask) for t in tasks)
     assert [t.config.epochs for t in tasks] == [3, 1, 3]
     assert tasks[0] is tasks[2] and tasks[0].config.lr == tasks[1].config.lr
+
+
+# -- the describe and probe phases (CAFA) -------------------------------------------
+
+
+def run_cafa(rounds: int, tamper: Tamper | None = None):  # type: ignore[no-untyped-def]
+    from clusterfed.scenarios.spec import IIDMixPartition
+
+    async def go() -> tuple[ParameterServer, list]:
+        scenario = small_scenario(
+            algorithm="cafa",
+            partition=IIDMixPartition(iid_fraction=0.5),
+            clients=8,
+            rounds=rounds,
+        )
+        plan = plan_run(scenario)
+        clients = {ClientId(s.id): Client(s) for s in plan.clients}
+        server = build_server(plan.server, TamperingTransport(clients, tamper), {})
+        for client in clients.values():
+            await server.handle(client.join_request())
+        return server, [await server.run_round(r) for r in range(rounds)]
+
+    return asyncio.run(go())
+
+
+def on_kind(client: int, kind: str, rewrite: Callable[[Envelope], bytes]) -> Tamper:
+    def tamper(cid: ClientId, request: bytes, reply: bytes) -> bytes:
+        env = decode(reply)
+        if cid == client and env.payload.kind == kind:
+            return rewrite(env)
+        return reply
+
+    return tamper
+
+
+def test_a_forged_histogram_is_refused_counted_and_not_asked_again() -> None:
+    from clusterfed.protocol import ClassHistogram
+
+    def other(env: Envelope) -> bytes:
+        payload = env.payload
+        assert isinstance(payload, ClassHistogram)
+        forged = payload.model_copy(update={"client_id": 5})
+        return encode(env.model_copy(update={"payload": forged}))
+
+    server, outcomes = run_cafa(2, on_kind(2, "class_histogram", other))
+    assert outcomes[0].rejected_messages == 1 and outcomes[1].rejected_messages == 0
+    assert "client 2: describe: histogram of client 5" in outcomes[0].rejections[0]
+    assert ClientId(2) in server.described
+    clusters = outcomes[1].diagnostics["cbcc"]["clusters"]
+    assert "2" not in clusters and len(clusters) == 7
+
+
+def test_a_client_that_cannot_describe_itself_is_asked_again() -> None:
+    def vanish(env: Envelope) -> bytes:
+        raise ConnectionError("client vanished")
+
+    calls = {"n": 0}
+
+    def once(cid: ClientId, request: bytes, reply: bytes) -> bytes:
+        if cid == 3 and decode(reply).payload.kind == "class_histogram":
+            calls["n"] += 1
+            if calls["n"] == 1:
+                return vanish(decode(reply))
+        return reply
+
+    _, outcomes = run_cafa(2, once)
+    assert calls["n"] == 2
+    assert "3" not in outcomes[0].diagnostics["cbcc"]["clusters"]
+    assert "3" in outcomes[1].diagnostics["cbcc"]["clusters"]
+
+
+def test_a_probe_reply_for_other_models_is_refused_and_the_round_goes_on() -> None:
+    from clusterfed.protocol import ProbeReply
+
+    def drop_one(env: Envelope) -> bytes:
+        payload = env.payload
+        assert isinstance(payload, ProbeReply)
+        fewer = payload.model_copy(update={"scores": payload.scores[1:]})
+        return encode(env.model_copy(update={"payload": fewer}))
+
+    server, outcomes = run_cafa(1)
+    members = outcomes[0].diagnostics["abfa"]["members"]
+    _, tampered = run_cafa(1, on_kind(members[0], "probe_reply", drop_one))
+    assert tampered[0].rejected_messages == 1
+    assert f"client {members[0]}: probe: probe scores" in tampered[0].rejections[0]
+    assert tampered[0].diagnostics["abfa"]["members"] == members
+    # The refused scores are missing: other models' accuracies change.
+    assert (
+        tampered[0].diagnostics["abfa"]["accuracy"]
+        != outcomes[0].diagnostics["abfa"]["accuracy"]
+    )

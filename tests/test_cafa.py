@@ -1,0 +1,421 @@
+"""CAFA: CBCC's silhouette clustering, ABFA's weights, Eq. 11, and the protocol."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+
+import clusterfed
+from clusterfed.actors import Client, ParameterServer, build_server, work
+from clusterfed.algorithms import (
+    ClientInfo,
+    ClientUpdate,
+    PeerScore,
+    ServerState,
+    make,
+)
+from clusterfed.algorithms.cafa import (
+    CAFA,
+    abfa_weights,
+    cbcc_clustering,
+    cbcc_weights,
+    class_features,
+    combined_weights,
+    iid_cluster,
+    weighted_accuracy,
+)
+from clusterfed.data import iid_mix, load_dataset
+from clusterfed.protocol import Welcome, decode
+from clusterfed.scenarios import plan_run
+from clusterfed.scenarios.spec import IIDMixPartition
+from clusterfed.types import ClientId, ClusterId
+from helpers import read_rounds, small_scenario
+
+DIM = 5
+
+# Planted histograms: 5 near-uniform clients, 3 holding classes 0-1, 2 holding 7-9.
+PLANTED = np.array(
+    [
+        [10, 11, 9, 10, 10, 10, 9, 11, 10, 10],
+        [11, 10, 10, 9, 10, 10, 10, 10, 11, 9],
+        [9, 10, 11, 10, 10, 9, 11, 10, 10, 10],
+        [10, 9, 10, 11, 10, 10, 10, 9, 10, 11],
+        [10, 10, 10, 10, 9, 11, 10, 10, 9, 11],
+        [40, 38, 0, 0, 0, 0, 0, 0, 0, 0],
+        [36, 42, 0, 0, 0, 0, 0, 0, 0, 0],
+        [41, 37, 1, 0, 0, 0, 0, 0, 0, 0],
+        [0, 0, 0, 0, 0, 0, 0, 30, 29, 31],
+        [0, 0, 0, 0, 0, 0, 0, 28, 33, 30],
+    ]
+)
+PLANTED_GROUPS = [0, 0, 0, 0, 0, 1, 1, 1, 2, 2]
+
+
+# -- CBCC ------------------------------------------------------------------------
+
+
+def test_class_features_are_histograms_over_their_totals() -> None:
+    features = class_features(np.array([[1, 3, 0], [5, 5, 10]]))
+    assert_allclose(features, [[0.25, 0.75, 0.0], [0.25, 0.25, 0.5]])
+    with pytest.raises(ValueError, match="at least one sample"):
+        class_features(np.array([[0, 0]]))
+
+
+def test_the_silhouette_picks_the_planted_number_of_clusters() -> None:
+    found = cbcc_clustering(class_features(PLANTED), seed=0)
+    assert found.k == 3
+    assert set(found.scores) == set(range(2, len(PLANTED)))
+    assert found.scores[3] == max(found.scores.values())
+    # The clusters are the planted groups, whatever their ids.
+    pairs = set(zip(found.labels.tolist(), PLANTED_GROUPS, strict=True))
+    assert len(pairs) == 3
+
+
+def test_k_max_caps_the_range_and_tiny_federations_are_one_cluster() -> None:
+    capped = cbcc_clustering(class_features(PLANTED), k_max=2, seed=0)
+    assert capped.k == 2 and set(capped.scores) == {2}
+    two = cbcc_clustering(class_features(PLANTED[:2]), seed=0)
+    assert two.k == 1 and two.labels.tolist() == [0, 0] and not two.scores
+    assert two.centres.shape == (1, 10)
+
+
+def test_the_iid_cluster_is_the_largest() -> None:
+    found = cbcc_clustering(class_features(PLANTED), seed=0)
+    iid = iid_cluster(found.labels)
+    assert [i for i, label in enumerate(found.labels) if label == iid] == [
+        0,
+        1,
+        2,
+        3,
+        4,
+    ]
+    assert iid_cluster([2, 1, 1, 2, 0]) == 1  # a tie goes to the lowest id
+
+
+def test_cbcc_weights_are_the_share_of_clients_in_each_cluster() -> None:
+    assert_allclose(
+        cbcc_weights([0, 0, 1, 2, 2, 2]), [2 / 6, 2 / 6, 1 / 6, 0.5, 0.5, 0.5]
+    )
+
+
+def _cafa_state(
+    strategy: CAFA, histograms: np.ndarray = PLANTED, n: int | None = None
+) -> ServerState:
+    n = len(histograms) if n is None else n
+    state = strategy.init_state(
+        np.zeros(DIM, dtype=np.float32), np.random.default_rng(0)
+    )
+    for i in range(n):
+        state = strategy.on_join(state, ClientInfo(ClientId(i), n_train=80))
+    return strategy.on_describe(
+        state, 0, {ClientId(i): histograms[i] for i in range(len(histograms))}
+    )
+
+
+def test_a_late_client_joins_the_nearest_centre_and_the_clusters_stay() -> None:
+    strategy = CAFA()
+    state = _cafa_state(strategy)
+    before = strategy.diagnostics(state)["cbcc"]
+    late = np.array([[0, 0, 0, 0, 0, 0, 0, 20, 20, 21]])
+    state = strategy.on_join(state, ClientInfo(ClientId(10), 61, joined_round=3))
+    state = strategy.on_describe(state, 3, {ClientId(10): late[0]})
+    after = strategy.diagnostics(state)["cbcc"]
+    assert after["k"] == before["k"] == 3
+    assert after["clusters"]["10"] == after["clusters"]["8"]
+    assert {k: v for k, v in after["clusters"].items() if k != "10"} == before[
+        "clusters"
+    ]
+    assert after["iid_clients"] == [0, 1, 2, 3, 4]
+    assert strategy.cbcc_weight(state, ClientId(10)) == pytest.approx(3 / 11)
+    assert strategy.cbcc_weight(state, ClientId(0)) == pytest.approx(5 / 11)
+
+
+def test_a_leaving_client_leaves_its_cbcc_cluster() -> None:
+    strategy = CAFA()
+    state = strategy.on_leave(_cafa_state(strategy), ClientId(9))
+    assert "9" not in strategy.diagnostics(state)["cbcc"]["clusters"]
+    assert strategy.cbcc_weight(state, ClientId(8)) == pytest.approx(1 / 9)
+
+
+# -- ABFA and Eq. 11 -----------------------------------------------------------------
+
+
+def test_weighted_accuracy_weighs_by_validation_size() -> None:
+    # Eq. 9 by hand: (0.5·20 + 0.9·30) / 50 = 0.74
+    assert weighted_accuracy([0.5, 0.9], [20, 30]) == pytest.approx(0.74)
+    with pytest.raises(ValueError, match="positive size"):
+        weighted_accuracy([], [])
+
+
+def test_abfa_and_combined_weights_on_known_numbers() -> None:
+    assert_allclose(abfa_weights([0.2, 0.6, 0.2]), [0.2, 0.6, 0.2])
+    assert_allclose(abfa_weights([0.5, 0.25, 0.25]), [0.5, 0.25, 0.25])
+    assert_allclose(abfa_weights([0.0, 0.0]), [0.5, 0.5])
+    # Eq. 11: (0.6·0.5, 0.2·0.25, 0.2·0.25) / 0.4 = (0.75, 0.125, 0.125)
+    assert_allclose(
+        combined_weights([0.6, 0.2, 0.2], [0.5, 0.25, 0.25]), [0.75, 0.125, 0.125]
+    )
+    assert_allclose(combined_weights([0.5, 0.25, 0.25], [0.2, 0.4, 0.4]), [1 / 3] * 3)
+
+
+# Who scored whose model: TABLE[evaluator][owner], with each evaluator's held-out
+# size. Clients 0, 5, 8: one per planted CBCC cluster (sizes 5, 3, 2 of 10).
+MEMBERS = [0, 5, 8]
+SIZES = {0: 10, 5: 20, 8: 30}
+TABLE = {
+    0: {5: 0.8, 8: 0.6},
+    5: {0: 0.5, 8: 0.7},
+    8: {0: 0.9, 5: 0.3},
+}
+
+
+def _scored_updates(state: ServerState) -> list[ClientUpdate]:
+    deltas = {0: [1.0, 0, 0, 0, 0], 5: [0, 2.0, 0, 0, 0], 8: [0, 0, 4.0, 0, 0]}
+    updates = []
+    for owner in MEMBERS:
+        scores = {
+            ClientId(evaluator): PeerScore(row[owner], 0.1, SIZES[evaluator])
+            for evaluator, row in TABLE.items()
+            if owner in row
+        }
+        updates.append(
+            ClientUpdate(
+                ClientId(owner),
+                ClusterId(0),
+                "ok",
+                state.models[ClusterId(0)],
+                np.array(deltas[owner], dtype=np.float32),
+                80,
+                1.0,
+                peer_scores=scores,
+            )
+        )
+    return updates
+
+
+def test_abfa_weights_of_a_hand_made_accuracy_table_and_eq_11() -> None:
+    strategy = CAFA()
+    state = _cafa_state(strategy)
+    new = strategy.aggregate(state, 0, _scored_updates(state))
+    # Eq. 9 by hand: A_0 = (0.5·20 + 0.9·30)/50 = 0.74,
+    # A_5 = (0.8·10 + 0.3·30)/40 = 0.425, A_8 = (0.6·10 + 0.7·20)/30 = 2/3.
+    a = np.array([0.74, 0.425, 2 / 3])
+    w_a = a / a.sum()  # Eq. 10
+    w_k = np.array([5, 3, 2]) / 10  # Eq. 8: the planted clusters' shares
+    c = w_k * w_a / (w_k * w_a).sum()  # Eq. 11
+    record = new.extra["abfa"]
+    assert record["members"] == MEMBERS
+    assert_allclose([record["accuracy"][str(m)] for m in MEMBERS], a)
+    assert_allclose([record["cbcc_weight"][str(m)] for m in MEMBERS], w_k)
+    assert_allclose([record["weight"][str(m)] for m in MEMBERS], c)
+    assert_allclose(new.models[0], [c[0], 2 * c[1], 4 * c[2], 0, 0], rtol=1e-6)
+    assert new.models[0].dtype == np.float32
+    np.testing.assert_array_equal(state.models[0], np.zeros(DIM))
+
+
+def test_unscored_models_take_the_mean_accuracy_and_failures_are_left_out() -> None:
+    strategy = CAFA()
+    state = _cafa_state(strategy)
+    updates = _scored_updates(state)
+    updates[1] = ClientUpdate(
+        updates[1].client, ClusterId(0), "ok", updates[1].base, updates[1].delta, 80
+    )
+    updates.append(ClientUpdate(ClientId(9), ClusterId(0), "failed", reason="down"))
+    record = strategy.aggregate(state, 0, updates).extra["abfa"]
+    assert record["members"] == MEMBERS
+    assert record["accuracy"]["5"] == pytest.approx((0.74 + 2 / 3) / 2)
+
+
+def test_a_round_samples_k_clients_among_those_cbcc_placed() -> None:
+    strategy = CAFA(selected=4)
+    state = _cafa_state(strategy, n=12)  # clients 10, 11 never described
+    clients = [ClientInfo(ClientId(i), 80) for i in range(12)]
+    counts: Counter[int] = Counter()
+    for round in range(30):
+        plans = strategy.plan_round(state, round, clients)
+        assert len(plans) == 4 and len({p.client for p in plans}) == 4
+        counts.update(p.client for p in plans)
+    assert set(counts) <= set(range(10)) and len(counts) == 10
+    fresh = strategy.init_state(np.zeros(DIM, np.float32), np.random.default_rng(0))
+    for client in clients[:3]:
+        fresh = strategy.on_join(fresh, client)
+    unplaced = strategy.plan_round(fresh, 0, clients[:3])
+    assert len(unplaced) == 3  # nobody described yet: everyone may train
+
+
+def test_each_member_scores_the_other_members_models() -> None:
+    strategy = CAFA()
+    state = _cafa_state(strategy)
+    updates = _scored_updates(state)
+    updates.append(ClientUpdate(ClientId(9), ClusterId(0), "late"))
+    plans = {p.client: p for p in strategy.plan_probes(state, 0, updates)}
+    assert sorted(plans) == MEMBERS
+    assert sorted(plans[ClientId(5)].models) == [0, 8]
+    assert_allclose(plans[ClientId(5)].models[ClientId(8)], [0, 0, 4.0, 0, 0])
+    own = CAFA(include_own=True).plan_probes(state, 0, updates)
+    assert all(sorted(p.models) == MEMBERS for p in own)
+    assert CAFA().plan_probes(state, 0, updates[:1]) == []
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"selected": 0}, {"selected": 2.5}, {"k_max": 1}, {"k_max": True}],
+)
+def test_bad_hyperparameters_name_the_value(params: dict) -> None:
+    with pytest.raises(ValueError, match=str(next(iter(params.values())))):
+        make("cafa", **params)
+
+
+# -- the protocol, through real client actors -------------------------------------
+
+
+class SpyTransport:
+    """In-process clients; records the kind of every request it delivers."""
+
+    def __init__(self, clients: dict[ClientId, Client]) -> None:
+        self.clients = clients
+        self.kinds: Counter[str] = Counter()
+        self.by_client: dict[str, Counter[ClientId]] = {}
+
+    async def request(self, client: ClientId, data: bytes) -> bytes:
+        kind = decode(data).payload.kind
+        self.kinds[kind] += 1
+        self.by_client.setdefault(kind, Counter())[client] += 1
+        return await self.clients[client].handle(data)
+
+
+MIX = IIDMixPartition(iid_fraction=0.5)
+
+
+def _serve(
+    algorithm: str, rounds: int = 2, strategy: CAFA | None = None, **changes: object
+) -> tuple[ParameterServer, SpyTransport, list]:
+    async def go() -> tuple[ParameterServer, SpyTransport, list]:
+        plan = plan_run(
+            small_scenario(algorithm=algorithm, partition=MIX, clients=8, **changes)
+        )
+        clients = {ClientId(s.id): Client(s) for s in plan.clients}
+        spy = SpyTransport(clients)
+        server = build_server(plan.server, spy, {})
+        if strategy is not None:
+            server.strategy = strategy
+        for client in clients.values():
+            reply = decode(await server.handle(client.join_request())).payload
+            assert isinstance(reply, Welcome)
+        outcomes = [await server.run_round(r) for r in range(rounds)]
+        return server, spy, outcomes
+
+    return asyncio.run(go())
+
+
+def test_the_histogram_is_sent_only_when_the_strategy_asks() -> None:
+    _, fedavg, _ = _serve("fedavg")
+    assert "describe_task" not in fedavg.kinds and "probe_task" not in fedavg.kinds
+    server, cafa, outcomes = _serve("cafa", rounds=3)
+    # Once per client, in its first round, whatever the number of rounds.
+    assert cafa.kinds["describe_task"] == 8
+    assert set(cafa.by_client["describe_task"].values()) == {1}
+    assert server.described == set(range(8))
+    cbcc = outcomes[0].diagnostics["cbcc"]
+    assert sorted(int(c) for c in cbcc["clusters"]) == list(range(8))
+
+
+def test_each_histogram_counts_the_clients_training_labels() -> None:
+    plan = plan_run(small_scenario(algorithm="cafa", partition=MIX, clients=8))
+    labels = load_dataset("digits").labels
+    for spec in plan.clients:
+        counts = work.class_histogram(spec)
+        assert counts == np.bincount(labels[spec.train], minlength=10).tolist()
+
+
+class NoSharing(CAFA):
+    """CAFA without the probes (no `name`: not registered)."""
+
+    def plan_probes(self, state, round, updates):  # type: ignore[no-untyped-def]
+        return []
+
+
+def test_the_bytes_of_model_sharing_show_up_in_bytes_up_and_down() -> None:
+    server, spy, shared = _serve("cafa", rounds=2)
+    _, quiet_spy, quiet = _serve("cafa", rounds=2, strategy=NoSharing())
+    assert spy.kinds["probe_task"] == 2 * 6 and "probe_task" not in quiet_spy.kinds
+    model_bytes = 4 * server.n_weights
+    for with_probes, without in zip(shared, quiet, strict=True):
+        members = {
+            c.id for c in with_probes.clients if c.trained
+        }  # K = 6 members each scored the 5 others' models
+        assert len(members) == 6
+        extra_down = with_probes.bytes_down - without.bytes_down
+        extra_up = with_probes.bytes_up - without.bytes_up
+        assert 6 * 5 * model_bytes < extra_down < 6 * 5 * model_bytes * 1.01
+        assert extra_up > 0
+        for a, b in zip(with_probes.clients, without.clients, strict=True):
+            if a.id in members:
+                assert a.bytes_down > b.bytes_down + 5 * model_bytes
+                assert a.bytes_up > b.bytes_up
+            else:
+                assert (a.bytes_down, a.bytes_up) == (b.bytes_down, b.bytes_up)
+        assert with_probes.sim_duration > without.sim_duration
+
+
+def test_a_whole_run_reports_cbcc_in_the_summary(tmp_path: Path) -> None:
+    result = clusterfed.run(
+        small_scenario(algorithm="cafa", partition=MIX, clients=10), out=tmp_path
+    )
+    cbcc = result.summary["cbcc"]
+    assert {"precision", "recall", "accuracy", "f1", "k"} <= set(cbcc)
+    assert cbcc["clients"] == 10 and cbcc["iid_true"] == 5
+    assert cbcc["accuracy"] is not None and 0 <= cbcc["accuracy"] <= 1
+    rows = read_rounds(tmp_path)
+    assert rows[-1]["strategy"]["cbcc"]["k"] == cbcc["k"]
+    assert json.loads((tmp_path / "summary.json").read_text())["cbcc"] == cbcc
+    assert all(r["n_clusters"] == 1 for r in rows)
+
+
+def test_other_algorithms_report_no_cbcc(tmp_path: Path) -> None:
+    result = clusterfed.run(small_scenario(partition=MIX, rounds=1), out=tmp_path)
+    assert "cbcc" not in result.summary
+    assert read_rounds(tmp_path)[0]["strategy"] == {}
+
+
+# -- the partition -------------------------------------------------------------------
+
+
+def test_iid_mix_plants_iid_clients_and_clients_with_two_to_four_classes() -> None:
+    labels = load_dataset("digits").labels
+    partition = iid_mix(labels, 20, 5, (2, 4), np.random.default_rng(0))
+    assert partition.groups.count(0) == 5
+    everything = np.concatenate(partition.indices)
+    assert len(np.unique(everything)) == len(everything)  # nobody shares a sample
+    for indices, group in zip(partition.indices, partition.groups, strict=True):
+        held = np.flatnonzero(np.bincount(labels[indices], minlength=10))
+        if group == 0:
+            assert len(held) == 10
+        else:
+            assert 2 <= len(held) <= 4
+            # consecutive classes, modulo 10
+            assert any(
+                set(held) == {(s + i) % 10 for i in range(len(held))} for s in range(10)
+            )
+    again = iid_mix(labels, 20, 5, (2, 4), np.random.default_rng(0))
+    assert again.groups == partition.groups
+
+
+def test_iid_mix_scenarios_validate_and_know_their_iid_group() -> None:
+    from clusterfed.scenarios import BUILTIN
+
+    for name, share in (("cafa-mix", 0.25), ("cafa-mix50", 0.5)):
+        scenario = BUILTIN[name]()
+        assert scenario.clients == 20 and scenario.algorithm == "cafa"
+        assert isinstance(scenario.partition, IIDMixPartition)
+        assert scenario.partition.iid_fraction == share
+        assert scenario.partition.iid_groups() == {0}
+    assert IIDMixPartition().classes_per_client(10) == (2, 4)
+    with pytest.raises(ValueError, match="min_class_share"):
+        IIDMixPartition(min_class_share=0.5, max_class_share=0.3)

@@ -1,0 +1,58 @@
+"""FedProx: FedAvg plus the proximal term μ/2·‖w − w_global‖² on the clients."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import clusterfed
+from clusterfed.actors import build_trainer
+from clusterfed.algorithms import make
+from clusterfed.protocol import TrainConfig
+from clusterfed.scenarios import plan_run
+from helpers import read_rounds, small_scenario
+
+
+def test_fedprox_sends_mu_and_changes_nothing_else() -> None:
+    base = TrainConfig(lr=0.1, epochs=3)
+    config = make("fedprox", mu=0.5).train_config(base)
+    assert config.mu == 0.5
+    assert config.model_dump(exclude={"mu"}) == base.model_dump(exclude={"mu"})
+    assert make("fedprox").train_config(base).mu == 0.01
+
+
+@pytest.mark.parametrize("mu", [-0.1, float("nan"), float("inf")])
+def test_a_bad_mu_is_refused_naming_the_value(mu: float) -> None:
+    with pytest.raises(ValueError, match=f"mu must be .*{mu}"):
+        make("fedprox", mu=mu)
+
+
+def test_fedprox_with_mu_zero_is_fedavg_exactly(tmp_path: Path) -> None:
+    changes = dict(
+        rounds=3,
+        algorithm_params={
+            "fedprox": {"mu": 0.0, "fraction": 0.5},
+            "fedavg": {"fraction": 0.5},
+        },
+    )
+    clusterfed.run(small_scenario(algorithm="fedavg", **changes), out=tmp_path / "a")
+    clusterfed.run(small_scenario(algorithm="fedprox", **changes), out=tmp_path / "p")
+    fedavg, fedprox = read_rounds(tmp_path / "a"), read_rounds(tmp_path / "p")
+    for row in fedavg + fedprox:
+        row.pop("wall_time")  # the one field that measures the machine
+    assert fedavg == fedprox
+
+
+def test_a_positive_mu_pulls_the_delta_towards_the_received_model() -> None:
+    plan = plan_run(small_scenario())
+    trainer = build_trainer(plan.clients[0])
+    weights = plan.server.initial
+    config = TrainConfig(lr=0.05, momentum=0.9, batch_size=16, epochs=3)
+    plain = trainer.train(weights, config, round=0).delta
+    again = trainer.train(weights, config, round=0).delta
+    proximal = trainer.train(weights, config.model_copy(update={"mu": 1.0}), 0).delta
+    np.testing.assert_array_equal(plain, again)
+    assert not np.array_equal(plain, proximal)
+    assert np.linalg.norm(proximal) < np.linalg.norm(plain)

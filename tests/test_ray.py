@@ -1,0 +1,120 @@
+"""The Ray runtime: same results as the local one, host faults, and cleanup.
+
+One local Ray of 2 CPUs serves the whole module; it is shut down at the end
+and the test checks that no Ray process is left behind.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+import clusterfed
+from clusterfed.actors.ray_runtime import RayRuntime
+from helpers import small_scenario
+
+ray = pytest.importorskip("ray")
+
+RAY_PROCESSES = ("raylet", "gcs_server", "ray::", "default_worker", "plasma_store")
+
+
+def _ray_processes() -> list[str]:
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            line = " ".join(child.cmdline())
+        except psutil.Error:
+            continue
+        if any(name in line for name in RAY_PROCESSES):
+            found.append(line[:80])
+    return found
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray() -> Any:
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+    leftovers = []
+    for _ in range(50):  # Ray's processes take a moment to exit
+        leftovers = _ray_processes()
+        if not leftovers:
+            break
+        psutil.wait_procs(psutil.Process().children(recursive=True), timeout=0.2)
+    assert not leftovers, f"Ray processes left behind: {leftovers}"
+
+
+def _accuracies(rows: list[dict[str, Any]]) -> list[list[float | None]]:
+    return [[c["acc"] for c in row["clients"]] for row in rows]
+
+
+def test_local_and_ray_give_the_same_per_client_accuracies(tmp_path: Path) -> None:
+    scenario = small_scenario(rounds=3)
+    local = clusterfed.run(scenario, out=tmp_path / "local")
+    on_ray = clusterfed.run(scenario, out=tmp_path / "ray", runtime="ray")
+    assert _accuracies(local.rows) == _accuracies(on_ray.rows)
+    assert [r["bytes_up"] for r in local.rows] == [r["bytes_up"] for r in on_ray.rows]
+
+
+def test_one_actor_per_client_gives_the_same_results(tmp_path: Path) -> None:
+    scenario = small_scenario(rounds=2)
+    packed = clusterfed.run(scenario, out=tmp_path / "a", runtime="ray")
+    runtime = RayRuntime(clients_per_host=1)
+    single = clusterfed.run(scenario, out=tmp_path / "b", runtime=runtime)
+    assert _accuracies(packed.rows) == _accuracies(single.rows)
+
+
+class KillingRay(RayRuntime):
+    """Kills its first host actor just before round `at`."""
+
+    def __init__(self, at: int, **options: Any) -> None:
+        super().__init__(**options)
+        self.at = at
+        self.victims: list[int] = []
+
+    async def run_round(self, round: int) -> Any:
+        if round == self.at:
+            host = self.hosts[0]
+            self.victims = sorted(c for c, h in self.home.items() if h is host)
+            ray.kill(host, no_restart=self.max_restarts == 0)
+        return await super().run_round(round)
+
+
+def test_a_killed_host_fails_its_clients_and_the_run_finishes(tmp_path: Path) -> None:
+    runtime = KillingRay(at=2, clients_per_host=3)
+    result = clusterfed.run(small_scenario(rounds=4), out=tmp_path, runtime=runtime)
+    victims = runtime.victims
+    assert len(victims) == 3
+    for row in result.rows:
+        failed = sorted(c["id"] for c in row["clients"] if c["failed"])
+        assert failed == (victims if row["round"] >= 2 else [])
+        assert all(
+            c["acc"] is not None for c in row["clients"] if c["id"] not in victims
+        )
+    assert result.summary["failed_updates"] == 3 * 2
+    assert result.summary["rounds"] == 4
+
+
+def test_a_restarted_host_brings_its_clients_back(tmp_path: Path) -> None:
+    runtime = KillingRay(at=2, clients_per_host=3, max_restarts=1)
+    result = clusterfed.run(small_scenario(rounds=4), out=tmp_path, runtime=runtime)
+    victims = runtime.victims
+    assert len(victims) == 3
+    # The clients miss the round their host died in and are back the next.
+    failed = [sorted(c["id"] for c in r["clients"] if c["failed"]) for r in result.rows]
+    assert failed == [[], [], victims, []]
+    assert all(c["acc"] is not None for c in result.rows[-1]["clients"])
+    assert result.summary["failed_updates"] == 3
+
+
+def test_dp_runs_on_ray(tmp_path: Path) -> None:
+    from clusterfed.scenarios import DPSpec
+
+    scenario = small_scenario(rounds=2, dp=DPSpec(epsilon=5.0))
+    local = clusterfed.run(scenario, out=tmp_path / "local")
+    on_ray = clusterfed.run(scenario, out=tmp_path / "ray", runtime="ray")
+    assert _accuracies(local.rows) == _accuracies(on_ray.rows)
+    assert 0 < on_ray.summary["epsilon_max"] <= 5.0
