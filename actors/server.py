@@ -38,6 +38,7 @@ from clusterfed.protocol import (
     ClassHistogram,
     ClusterModel,
     DescribeTask,
+    Encoder,
     Envelope,
     ErrorReply,
     EvaluateReply,
@@ -57,7 +58,6 @@ from clusterfed.protocol import (
     Welcome,
     decode,
     encode,
-    encode_many,
 )
 from clusterfed.seeding import numpy_rng
 from clusterfed.types import ClientId, ClusterId
@@ -148,6 +148,8 @@ class ParameterServer:
         deadline: when a round stops waiting for replies (simulated time).
         task_timeout_s: wall-clock limit on one request; None waits forever.
         max_message_bytes: replies larger than this are refused.
+        max_in_flight: requests outstanding at once (bounds the memory of
+            encoded models in flight; enough to keep every worker busy).
     """
 
     def __init__(
@@ -162,7 +164,11 @@ class ParameterServer:
         deadline: DeadlinePolicy | None = None,
         task_timeout_s: float | None = None,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
+        max_in_flight: int = 64,
     ) -> None:
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+        self.max_in_flight = max_in_flight
         self.strategy = strategy
         self.state = strategy.init_state(
             np.asarray(initial, dtype=np.float32), numpy_rng(seed, STRATEGY_STREAM)
@@ -527,16 +533,22 @@ class ParameterServer:
     async def _round_trip(
         self, requests: Sequence[tuple[ClientId, Message]], round: int
     ) -> list[Exchange]:
-        """Send every request at once and judge every reply."""
+        """Send the requests, at most `max_in_flight` at a time, and judge
+        every reply. A message is encoded only when it is sent, so memory holds
+        a bounded number of encoded models, however many clients there are."""
         envelopes = [self._envelope(p, client_address(c), round) for c, p in requests]
-        data = encode_many(envelopes)
+        encoder = Encoder()
+        slots = asyncio.Semaphore(self.max_in_flight)
+
+        async def one(client: ClientId, envelope: Envelope) -> Exchange:
+            async with slots:
+                return await self._exchange(client, envelope, encoder.encode(envelope))
+
         return list(
             await asyncio.gather(
                 *(
-                    self._exchange(client, envelope, raw)
-                    for (client, _), envelope, raw in zip(
-                        requests, envelopes, data, strict=True
-                    )
+                    one(client, envelope)
+                    for (client, _), envelope in zip(requests, envelopes, strict=True)
                 )
             )
         )

@@ -6,7 +6,7 @@ process (a Ray worker, a test, another implementation) can speak it alone.
 
 from __future__ import annotations
 
-from .codec import MAX_MESSAGE_BYTES, decode, describe, encode, encode_many
+from .codec import MAX_MESSAGE_BYTES, Encoder, decode, describe, encode, encode_many
 from .errors import ClusterfedError, ProtocolError
 from .messages import (
     MAX_CLASSES,
@@ -45,6 +45,7 @@ __all__ = [
     "ClassHistogram",
     "ClusterModel",
     "ClusterfedError",
+    "Encoder",
     "DescribeTask",
     "Envelope",
     "ErrorReply",

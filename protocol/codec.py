@@ -37,30 +37,42 @@ def _ext_hook(code: int, data: bytes) -> Any:
 
 def encode(envelope: Envelope) -> bytes:
     """Serialise an envelope; tensors become msgpack extension types."""
-    return encode_many([envelope])[0]
+    return Encoder().encode(envelope)
 
 
 def encode_many(envelopes: Sequence[Envelope]) -> list[bytes]:
-    """Serialise envelopes; those sharing one payload object pack it once.
+    """Serialise envelopes; those sharing one payload object pack it once."""
+    encoder = Encoder()
+    return [encoder.encode(e) for e in envelopes]
+
+
+class Encoder:
+    """Encodes envelopes, packing each payload object once.
 
     A server that sends one model to many clients builds one payload and many
-    envelopes; each result is byte-for-byte what `encode` gives alone.
+    envelopes; each result is byte-for-byte what `encode` gives alone. The
+    encoder keeps the payloads it has packed (so their ids stay theirs):
+    use one per batch of messages.
     """
-    packer = msgpack.Packer(default=_default, use_bin_type=True)
-    payloads: dict[int, bytes] = {}
-    encoded = []
-    for envelope in envelopes:
-        body = payloads.get(id(envelope.payload))
-        if body is None:
+
+    def __init__(self) -> None:
+        self._packer = msgpack.Packer(default=_default, use_bin_type=True)
+        self._payloads: dict[int, tuple[object, bytes]] = {}
+
+    def encode(self, envelope: Envelope) -> bytes:
+        packer = self._packer
+        cached = self._payloads.get(id(envelope.payload))
+        if cached is None:
             body = packer.pack(envelope.payload.model_dump(mode="python"))
-            payloads[id(envelope.payload)] = body
+            self._payloads[id(envelope.payload)] = (envelope.payload, body)
+        else:
+            body = cached[1]
         head = envelope.model_dump(mode="python", exclude={"payload"})
         parts = [packer.pack_map_header(len(head) + 1)]
         for key, value in head.items():
             parts += [packer.pack(key), packer.pack(value)]
         parts += [packer.pack("payload"), body]
-        encoded.append(b"".join(parts))
-    return encoded
+        return b"".join(parts)
 
 
 def decode(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES) -> Envelope:
