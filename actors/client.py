@@ -1,7 +1,9 @@
 """The client actor: message handling around a `LocalTrainer`.
 
-`handle` takes encoded bytes and always returns encoded bytes: a reply, or an
-error reply that says what was wrong. Nothing a peer sends can raise out of it.
+`handle` takes encoded bytes and returns encoded bytes: a reply, or an error
+reply that says what was wrong. Nothing a peer sends can raise out of it. The
+one exception is a faulty client (`faults.py`) that hangs: `handle` returns
+None, and its host never delivers a reply.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from clusterfed.types import ClusterId
 
 from . import work
 from .clock import compute_s
+from .faults import FaultyBehaviour
 from .privacy import PrivacyBudgetError
 from .spec import ClientSpec
 
@@ -58,6 +61,12 @@ def client_address(client_id: int) -> str:
     return f"client/{client_id}"
 
 
+def keeps_state(spec: ClientSpec) -> bool:
+    """Whether a client keeps anything between rounds that a checkpoint needs:
+    a privacy accountant, or a faulty client's memory."""
+    return spec.privacy is not None or bool(getattr(spec, "faults", ()))
+
+
 class Client:
     """One federated client.
 
@@ -72,6 +81,31 @@ class Client:
         self.address = client_address(spec.id)
         self.offload = offload
         self.stopped = False
+        self.faults = FaultyBehaviour(spec)
+
+    def update(self, spec: ClientSpec) -> None:
+        """Take a new spec (a drift, a straggler, a new link); the client keeps
+        what it remembers."""
+        if spec.id != self.id:
+            raise ValueError(f"spec of client {spec.id} given to client {self.id}")
+        self.spec = spec
+
+    def state(self) -> dict[str, Any] | None:
+        """What the client keeps between rounds, for a checkpoint: its privacy
+        accountant's history and a faulty client's last update (None: nothing)."""
+        state: dict[str, Any] = {}
+        if self.spec.privacy is not None:
+            state["privacy"] = work.privacy_history(self.spec)
+        if self.faults.last_update is not None:
+            state["last_update"] = self.faults.last_update
+        return state or None
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        """Take back what `state` returned (in a fresh process, on resume)."""
+        state = state or {}
+        if self.spec.privacy is not None:
+            work.restore_privacy(self.spec, state.get("privacy") or [])
+        self.faults.last_update = state.get("last_update")
 
     def join_request(self) -> bytes:
         request = JoinRequest(
@@ -91,8 +125,11 @@ class Client:
             )
         )
 
-    async def handle(self, data: bytes) -> bytes:
-        """Serve one request; bad input becomes an error reply, never an exception."""
+    async def handle(self, data: bytes) -> bytes | None:
+        """Serve one request; bad input becomes an error reply, never an exception.
+
+        Returns None only for a faulty client that does not answer.
+        """
         try:
             request = decode(data)
         except ProtocolError as exc:
@@ -102,6 +139,9 @@ class Client:
                     error, msg_id=f"{self.address}:error", recipient="server", round=-1
                 )
             )
+        behaviour = self.faults.due(request)
+        if behaviour is not None:
+            return self.faults.forge(behaviour, request, self.spec, self._reply_to)
         try:
             reply = await self._serve(request)
         except PrivacyBudgetError as exc:
@@ -111,16 +151,20 @@ class Client:
         except Exception as exc:  # a bug or a bad task must not kill the actor
             log.exception("client %s failed on %s", self.id, request.payload.kind)
             reply = ErrorReply(code="internal", message=f"{type(exc).__name__}: {exc}")
+        encoded = encode(self._reply_to(request, reply))
+        if isinstance(reply, UpdateReply):
+            self.faults.remember(encoded)
+        return encoded
+
+    def _reply_to(self, request: Envelope, payload: Message) -> Envelope:
         # A reply's id derives from the request's, so it is unique and the same
         # whichever process served it.
-        return encode(
-            self._envelope(
-                reply,
-                msg_id=f"{self.address}:re:{request.msg_id}"[:128],
-                recipient=request.sender,
-                round=request.round,
-                in_reply_to=request.msg_id,
-            )
+        return self._envelope(
+            payload,
+            msg_id=f"{self.address}:re:{request.msg_id}"[:128],
+            recipient=request.sender,
+            round=request.round,
+            in_reply_to=request.msg_id,
         )
 
     async def _serve(self, request: Envelope) -> Message:

@@ -5,19 +5,27 @@ as a Ray run. With one worker the client actors live on the same loop and
 train inline; with more, they are served by forked worker processes (one
 torch thread each) so every core trains — Python threads would queue on the
 GIL. Results are the same either way: a task carries all it needs.
+
+A faulty client that does not answer (`faults.py`) leaves its request
+waiting, as a real one would; the server's task timeout ends it. Checkpoints
+take the server's state and the clients' state (privacy accountants) through
+`snapshot`/`client_states` and give them back through `restore` and
+`restore_client_states`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
 from clusterfed.protocol import Shutdown, Welcome, decode
 from clusterfed.types import ClientId
 
-from .client import Client
+from .client import Client, keeps_state
 from .process_hosts import ProcessHosts
 from .server import ParameterServer, RoundOutcome, build_server
 from .spec import ClientSpec, ServerSpec
@@ -88,11 +96,46 @@ class LocalRuntime:
         if target is None:
             raise LookupError(f"no client {client} in this runtime")
         if self._hosts is not None:
-            return await self._hosts.request(client, data)
-        return await target.handle(data)
+            reply = await self._hosts.request(client, data)
+        else:
+            reply = await target.handle(data)
+        if reply is None:  # the client does not answer: its reply never comes
+            await asyncio.Event().wait()
+            raise AssertionError("unreachable")
+        return reply
 
     async def run_round(self, round: int) -> RoundOutcome:
         return await self._server().run_round(round)
+
+    async def snapshot(self) -> dict[str, Any]:
+        """The server's state between rounds (see `ParameterServer.snapshot`)."""
+        return self._server().snapshot()
+
+    async def restore(self, snapshot: Mapping[str, Any]) -> None:
+        """Put the server back where `snapshot` was taken (after `start`)."""
+        self._server().restore(snapshot)
+
+    async def client_states(self) -> dict[int, Any]:
+        """What every hosted client keeps between rounds (see `Client.state`)."""
+        ids = sorted(
+            c for c, client in self.clients.items() if keeps_state(client.spec)
+        )
+        if self._hosts is not None:
+            states = await self._hosts.states(ids)
+            return {int(c): s for c, s in states.items()}
+        found = {int(c): self.clients[c].state() for c in ids}
+        return {c: s for c, s in found.items() if s is not None}
+
+    async def restore_client_states(self, states: Mapping[int, Any]) -> None:
+        """Give clients their state back, before any request reaches them."""
+        mine = {
+            ClientId(c): s for c, s in states.items() if ClientId(c) in self.clients
+        }
+        if self._hosts is not None:
+            await self._hosts.restore(mine)
+        else:
+            for client, state in mine.items():
+                self.clients[client].restore(state)
 
     async def close(self) -> None:
         try:
@@ -106,8 +149,11 @@ class LocalRuntime:
             torch.set_num_threads(self._torch_threads)
 
     def _host(self, spec: ClientSpec) -> Client:
-        client = Client(spec)
-        self.clients[ClientId(spec.id)] = client
+        client = self.clients.get(ClientId(spec.id))
+        if client is None:
+            client = self.clients[ClientId(spec.id)] = Client(spec)
+        else:
+            client.update(spec)  # it keeps its memory
         self._server().profiles[ClientId(spec.id)] = spec.profile
         if self._hosts is not None:
             self._hosts.add([spec])

@@ -11,6 +11,12 @@ A host actor that dies (`ray.kill`, a lost node) is a fault the server sees:
 its clients' requests fail, their updates are counted as failed, and the run
 goes on. With `max_restarts > 0` Ray restarts the host from its constructor
 arguments, and its clients send their join requests again.
+
+Checkpoints take the server's state from the server actor and the clients'
+state (privacy accountants, a faulty client's memory) from their hosts, and
+give them back the same way on resume. A faulty client that does not answer
+leaves its request waiting until the server's task timeout; its host goes on
+serving the others.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import ray
 from clusterfed.protocol import Shutdown, Welcome, decode
 from clusterfed.types import ClientId
 
-from .client import Client
+from .client import Client, keeps_state
 from .server import ParameterServer, RoundOutcome, build_server
 from .spec import ClientSpec, ServerSpec
 
@@ -65,6 +71,12 @@ class ServerActor:
     async def run_round(self, round: int) -> RoundOutcome:
         return await self.server.run_round(round)
 
+    def snapshot(self) -> dict[str, Any]:
+        return self.server.snapshot()
+
+    def restore(self, snapshot: Mapping[str, Any]) -> None:
+        self.server.restore(snapshot)
+
     async def shutdown(self) -> None:
         self.unreachable = {}
         await self.server.shutdown()
@@ -76,7 +88,10 @@ class ServerActor:
         host = self.hosts.get(client)
         if host is None:
             raise LookupError(f"no client {client} in this runtime")
-        reply: bytes = await host.handle.remote(int(client), data)
+        reply: bytes | None = await host.handle.remote(int(client), data)
+        if reply is None:  # the client does not answer: its reply never comes
+            await asyncio.Event().wait()
+            raise AssertionError("unreachable")
         return reply
 
 
@@ -99,19 +114,36 @@ class ClientHost:
         """Host (or update) clients; returns the join requests of new ones."""
         joins = []
         for spec in specs:
-            if spec.id not in self.clients:
-                joins.append(Client(spec).join_request())
-            self.clients[spec.id] = Client(spec)
+            known = self.clients.get(spec.id)
+            if known is None:
+                self.clients[spec.id] = Client(spec)
+                joins.append(self.clients[spec.id].join_request())
+            else:
+                known.update(spec)  # it keeps its memory
         return joins
 
     async def leave(self, client: int, reason: str) -> bytes:
         return self.clients.pop(client).leave_notice(reason)
 
-    async def handle(self, client: int, data: bytes) -> bytes:
+    async def handle(self, client: int, data: bytes) -> bytes | None:
         target = self.clients.get(client)
         if target is None:
             raise LookupError(f"client {client} is not hosted here")
         return await target.handle(data)
+
+    def states(self) -> dict[int, Any]:
+        """What each hosted client keeps between rounds (see `Client.state`)."""
+        found = {
+            cid: client.state()
+            for cid, client in self.clients.items()
+            if keeps_state(client.spec)
+        }
+        return {cid: state for cid, state in found.items() if state is not None}
+
+    def restore(self, states: Mapping[int, Any]) -> None:
+        for cid, state in states.items():
+            if cid in self.clients:
+                self.clients[cid].restore(state)
 
     def pid(self) -> int:
         return os.getpid()
@@ -203,6 +235,33 @@ class RayRuntime:
 
     def set_unreachable(self, clients: Mapping[int, str]) -> None:
         ray.get(self.server.set_unreachable.remote(dict(clients)))
+
+    async def snapshot(self) -> dict[str, Any]:
+        """The server's state between rounds (see `ParameterServer.snapshot`)."""
+        snapshot: dict[str, Any] = await self.server.snapshot.remote()
+        return snapshot
+
+    async def restore(self, snapshot: Mapping[str, Any]) -> None:
+        await self.server.restore.remote(dict(snapshot))
+
+    async def client_states(self) -> dict[int, Any]:
+        """What every client keeps between rounds, from its host."""
+        states: dict[int, Any] = {}
+        found = await asyncio.gather(
+            *(h.states.remote() for h in self.hosts), return_exceptions=True
+        )
+        for hosted in found:
+            # A dead host's clients lost their state with it, as in the run.
+            if not isinstance(hosted, BaseException):
+                states.update(hosted)
+        return states
+
+    async def restore_client_states(self, states: Mapping[int, Any]) -> None:
+        by_host: dict[Any, dict[int, Any]] = {}
+        for cid, state in states.items():
+            if cid in self.home:
+                by_host.setdefault(self.home[cid], {})[cid] = state
+        await asyncio.gather(*(h.restore.remote(s) for h, s in by_host.items()))
 
     async def run_round(self, round: int) -> RoundOutcome:
         outcome: RoundOutcome = await self.server.run_round.remote(round)

@@ -12,15 +12,18 @@ strategy's probe plans (`Strategy.plan_probes`, e.g. CAFA's model sharing)
 send peers' models to clients that score them on their held-out splits; the
 scores reach `aggregate` on the updates. Both phases are messages like any
 other: their bytes are counted per client and their time adds to the round's.
+
+The checks themselves live in `validation.py`. Between rounds, `snapshot`
+returns everything the server holds that a resumed run needs, and `restore`
+puts it back (a checkpoint; see `clusterfed.checkpoint`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -64,75 +67,19 @@ from clusterfed.types import ClientId, ClusterId
 
 from .client import client_address
 from .clock import DeadlinePolicy, DeviceProfile, WaitAll, close_round, transfer_s
+from .outcome import ClientOutcome, Exchange, RoundOutcome
 from .spec import ServerSpec
 from .transport import Transport
+from .validation import (
+    REPLY_KINDS,
+    ReplyBooks,
+    check_histogram,
+    check_probe,
+    check_update,
+)
 
 SERVER_ADDRESS = "server"
 STRATEGY_STREAM = 1  # key of the strategy's random stream under the scenario seed
-
-Status = Literal["ok", "late", "failed", "rejected"]
-
-
-@dataclass(frozen=True)
-class Exchange:
-    """One request/reply with a client, judged."""
-
-    status: Status
-    reply: Envelope | None = None
-    reason: str | None = None
-    bytes_down: int = 0
-    bytes_up: int = 0
-
-
-@dataclass
-class ClientOutcome:
-    """One client's round, as the results file records it."""
-
-    id: ClientId
-    cluster: ClusterId | None = None
-    trained: bool = False
-    acc: float | None = None
-    loss: float | None = None
-    train_loss: float | None = None
-    late: bool = False
-    failed: bool = False
-    rejected: bool = False
-    reason: str | None = None
-    bytes_up: int = 0
-    bytes_down: int = 0
-    sim_s: float = 0.0
-    epsilon: float | None = None  # local DP: the ε it last reported spending
-
-
-@dataclass
-class RoundOutcome:
-    round: int
-    sim_duration: float
-    clients: list[ClientOutcome]
-    n_clusters: int
-    rejections: list[str] = field(default_factory=list)
-    epsilon_max: float | None = None  # the most ε any client has spent so far
-    diagnostics: dict[str, Any] = field(default_factory=dict)  # the strategy's
-
-    @property
-    def bytes_up(self) -> int:
-        return sum(c.bytes_up for c in self.clients)
-
-    @property
-    def bytes_down(self) -> int:
-        return sum(c.bytes_down for c in self.clients)
-
-    @property
-    def failed_updates(self) -> int:
-        return sum(c.failed for c in self.clients)
-
-    @property
-    def late_updates(self) -> int:
-        return sum(c.late for c in self.clients)
-
-    @property
-    def rejected_messages(self) -> int:
-        return len(self.rejections)
 
 
 class ParameterServer:
@@ -146,8 +93,11 @@ class ParameterServer:
         seed: the scenario seed; the strategy's random stream derives from it.
         profiles: simulated devices by client (default profile otherwise).
         deadline: when a round stops waiting for replies (simulated time).
-        task_timeout_s: wall-clock limit on one request; None waits forever.
+        task_timeout_s: wall-clock limit on one request; None waits forever
+            (a client that never answers then holds the run).
         max_message_bytes: replies larger than this are refused.
+        max_update_norm: updates whose delta has a larger L2 norm are
+            refused; None: no bound.
         max_in_flight: requests outstanding at once (bounds the memory of
             encoded models in flight; enough to keep every worker busy).
     """
@@ -164,6 +114,7 @@ class ParameterServer:
         deadline: DeadlinePolicy | None = None,
         task_timeout_s: float | None = None,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
+        max_update_norm: float | None = None,
         max_in_flight: int = 64,
     ) -> None:
         if max_in_flight < 1:
@@ -180,9 +131,11 @@ class ParameterServer:
         self.deadline = deadline or WaitAll()
         self.task_timeout_s = task_timeout_s
         self.max_message_bytes = max_message_bytes
+        self.max_update_norm = max_update_norm
         self.clients: dict[ClientId, ClientInfo] = {}
         self.round = 0
-        self._ids = itertools.count()
+        self.books = ReplyBooks()
+        self._next_id = 0  # message ids: server:0, server:1, ...
         self._rejections: list[str] = []  # drained into each round's outcome
         # Local DP: the ε each client (present or gone) last reported spending.
         self.epsilon: dict[ClientId, float] = {}
@@ -210,6 +163,10 @@ class ParameterServer:
             case LeaveNotice(client_id=cid) if request.sender == client_address(cid):
                 self.leave(ClientId(cid))
                 reply = Shutdown(reason="leave acknowledged")
+            case other if other.kind in REPLY_KINDS:
+                reason = self.books.check_inbound(request, self.clients)
+                self._rejections.append(reason)
+                reply = ErrorReply(code="refused", message=reason)
             case other:
                 reason = (
                     f"inbound {other.kind!r} from {request.sender!r} is not accepted"
@@ -223,11 +180,13 @@ class ParameterServer:
         keeps its place and its cluster."""
         if client.id not in self.clients:
             self.clients[client.id] = client
+            self.books.departed.discard(client.id)
             self.state = self.strategy.on_join(self.state, client)
         return self.state.assignment.get(client.id)
 
     def leave(self, client: ClientId) -> None:
         if self.clients.pop(client, None) is not None:
+            self.books.departed.add(client)
             self.described.discard(client)
             self.state = self.strategy.on_leave(self.state, client)
 
@@ -236,6 +195,7 @@ class ParameterServer:
     async def run_round(self, round: int) -> RoundOutcome:
         """Plan, train, aggregate and evaluate one round."""
         self.round = round
+        self.books.begin_round(round)
         active = [self.clients[c] for c in sorted(self.clients)]
         outcomes = {c.id: ClientOutcome(c.id) for c in active}
         describing = await self._describe(active, outcomes, round)
@@ -250,11 +210,22 @@ class ParameterServer:
         }
         length, late = close_round(durations, self.deadline)
         updates = []
+        updated: set[ClientId] = set()
         for plan, exchange in zip(plans, exchanges, strict=True):
             update = self._judge_update(plan, exchange)
+            if update.ok and plan.client in updated:
+                update = replace(
+                    update,
+                    status="rejected",
+                    reason=f"duplicate: a second update from client {plan.client}"
+                    f" in round {round}",
+                )
             if update.ok and plan.client in late:
                 update = replace(update, status="late", reason="after the deadline")
+            if update.ok:
+                updated.add(plan.client)
             outcome = outcomes[plan.client]
+            outcome.planned = True
             outcome.trained = update.ok
             outcome.late = update.status == "late"
             outcome.failed = update.status == "failed"
@@ -282,6 +253,36 @@ class ParameterServer:
             epsilon_max=max(self.epsilon.values(), default=None),
             diagnostics=self.strategy.diagnostics(self.state),
         )
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything a resumed run needs of this server, between two rounds:
+        the strategy's state (cluster models, assignment, its rng, its extras),
+        the client registry, the books, the next message id. Picklable."""
+        return {
+            "round": self.round,
+            "state": self.state,
+            "clients": dict(self.clients),
+            "next_id": self._next_id,
+            "epsilon": dict(self.epsilon),
+            "described": set(self.described),
+            "n_classes": self._n_classes,
+            "departed": set(self.books.departed),
+            "rejections": list(self._rejections),
+        }
+
+    def restore(self, snapshot: Mapping[str, Any]) -> None:
+        """Take back what `snapshot` returned (after the clients rejoined)."""
+        self.round = snapshot["round"]
+        self.state = snapshot["state"]
+        self.clients = dict(snapshot["clients"])
+        self._next_id = snapshot["next_id"]
+        self.epsilon = dict(snapshot["epsilon"])
+        self.described = set(snapshot["described"])
+        self._n_classes = snapshot["n_classes"]
+        self.books = ReplyBooks()
+        self.books.round = self.round
+        self.books.departed = set(snapshot["departed"])
+        self._rejections = list(snapshot["rejections"])
 
     async def shutdown(self) -> None:
         """Tell every client the run is over; a client that cannot hear is skipped."""
@@ -314,7 +315,7 @@ class ParameterServer:
         for client, exchange in zip(todo, exchanges, strict=True):
             if exchange.status == "ok":
                 reply = exchange.reply.payload  # type: ignore[union-attr]
-                problem = self._check_histogram(reply, client)
+                problem = check_histogram(reply, client, self._n_classes)
                 if problem is None:
                     assert isinstance(reply, ClassHistogram)
                     histograms[client] = np.asarray(reply.counts, dtype=np.int64)
@@ -330,20 +331,6 @@ class ParameterServer:
         if histograms:
             self.state = self.strategy.on_describe(self.state, round, histograms)
         return max((d for d in durations if d is not None), default=0.0)
-
-    def _check_histogram(self, payload: Message, client: ClientId) -> str | None:
-        if not isinstance(payload, ClassHistogram):
-            return f"expected a class_histogram, got {payload.kind!r}"
-        if payload.client_id != client:
-            return f"histogram of client {payload.client_id}, asked client {client}"
-        if sum(payload.counts) == 0:
-            return "class histogram counts no sample"
-        if self._n_classes is not None and len(payload.counts) != self._n_classes:
-            return (
-                f"class histogram of {len(payload.counts)} classes,"
-                f" the others have {self._n_classes}"
-            )
-        return None
 
     async def _probe(
         self,
@@ -373,7 +360,7 @@ class ParameterServer:
         for plan, exchange in zip(plans, exchanges, strict=True):
             if exchange.status == "ok":
                 reply = exchange.reply.payload  # type: ignore[union-attr]
-                problem = self._check_probe(reply, plan)
+                problem = check_probe(reply, plan)
                 if problem is None:
                     assert isinstance(reply, ProbeReply)
                     for score in reply.scores:
@@ -406,17 +393,6 @@ class ParameterServer:
                 sent.append(models[key])
             tasks.append(ProbeTask(models=tuple(sent)))
         return tasks
-
-    def _check_probe(self, payload: Message, plan: ProbePlan) -> str | None:
-        if not isinstance(payload, ProbeReply):
-            return f"expected a probe_reply, got {payload.kind!r}"
-        owners = [s.owner for s in payload.scores]
-        if sorted(owners) != sorted(plan.models):
-            return (
-                f"probe scores for models {sorted(owners)},"
-                f" the task sent {sorted(plan.models)}"
-            )
-        return None
 
     def _tasks(self, plans: Sequence[TaskPlan]) -> list[TrainTask]:
         """One task per plan; plans that send the same models share one object,
@@ -465,7 +441,7 @@ class ParameterServer:
                 plan.client, first, exchange.status, reason=exchange.reason
             )
         reply = exchange.reply.payload  # type: ignore[union-attr]
-        problem = self._check_update(reply, plan)
+        problem = check_update(reply, plan, self.n_weights, self.max_update_norm)
         if problem is not None:
             return ClientUpdate(plan.client, first, "rejected", reason=problem)
         cluster = ClusterId(reply.cluster)
@@ -488,20 +464,6 @@ class ParameterServer:
             and reply.epsilon is not None
         ):
             self.epsilon[client] = reply.epsilon
-
-    def _check_update(self, payload: Message, plan: TaskPlan) -> str | None:
-        if not isinstance(payload, UpdateReply):
-            return f"expected an update_reply, got {payload.kind!r}"
-        if payload.cluster not in plan.models:
-            return f"update for cluster {payload.cluster}, which was not sent"
-        if payload.delta.shape != (self.n_weights,):
-            return (
-                f"delta has shape {payload.delta.shape},"
-                f" the model has {self.n_weights} weights"
-            )
-        if payload.delta.dtype != np.float32:
-            return f"delta dtype {payload.delta.dtype}, expected float32"
-        return None
 
     async def _evaluate(
         self,
@@ -570,12 +532,10 @@ class ParameterServer:
             reply = decode(raw, max_bytes=self.max_message_bytes)
         except ProtocolError as exc:
             return Exchange("rejected", None, str(exc), len(data), len(raw))
-        if reply.in_reply_to != request.msg_id or reply.sender != request.recipient:
-            problem = (
-                f"reply {reply.msg_id!r} from {reply.sender!r} does not answer"
-                f" {request.msg_id!r} to {request.recipient!r}"
-            )
+        problem = self.books.check_reply(reply, request, self.clients)
+        if problem is not None:
             return Exchange("rejected", None, problem, len(data), len(raw))
+        self.books.accept(reply, request)
         if isinstance(reply.payload, ErrorReply):
             problem = f"{reply.payload.code}: {reply.payload.message}"
             return Exchange("failed", reply, problem, len(data), len(raw))
@@ -612,8 +572,10 @@ class ParameterServer:
         round: int,
         in_reply_to: str | None = None,
     ) -> Envelope:
+        msg_id = f"{SERVER_ADDRESS}:{self._next_id}"
+        self._next_id += 1
         return Envelope(
-            msg_id=f"{SERVER_ADDRESS}:{next(self._ids)}",
+            msg_id=msg_id,
             sender=SERVER_ADDRESS,
             recipient=recipient,
             round=round,
@@ -644,6 +606,7 @@ def build_server(
         deadline=spec.deadline,
         task_timeout_s=spec.task_timeout_s,
         max_message_bytes=spec.max_message_bytes,
+        max_update_norm=spec.max_update_norm,
     )
     if spec.more_initial:
         models = [spec.initial, *spec.more_initial]

@@ -154,3 +154,6 @@ class ServerSpec(BaseModel):
     deadline: DeadlinePolicy = Field(default_factory=WaitAll)
     task_timeout_s: float | None = Field(None, gt=0)
     max_message_bytes: int = Field(MAX_MESSAGE_BYTES, gt=0)
+    max_update_norm: float | None = Field(
+        None, gt=0, allow_inf_nan=False, description="largest accepted ‖delta‖₂"
+    )

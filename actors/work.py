@@ -93,6 +93,32 @@ def class_histogram(spec: ClientSpec) -> list[int]:
     return [int(n) for n in np.bincount(labels, minlength=n_classes)]
 
 
+def privacy_history(spec: ClientSpec) -> list[tuple[float, float, int]]:
+    """The history of the client's privacy accountant in this process (Opacus'
+    `(noise multiplier, sample rate, steps)` entries); empty if it never trained."""
+    with _lock:
+        cached = _trainers.get(spec.id)
+    if cached is None or cached[1].privacy is None:
+        return []
+    return [tuple(entry) for entry in cached[1].privacy.engine.accountant.history]  # type: ignore[misc]
+
+
+def restore_privacy(spec: ClientSpec, history: Sequence[Sequence[Any]]) -> None:
+    """Give the client's accountant `history` back (a resumed run): what it
+    spent before the checkpoint counts against its budget as before."""
+    with _lock:
+        cached = _trainers.get(spec.id)
+    if not history and cached is None:
+        return  # a trainer built later starts with empty books anyway
+    privacy = trainer_for(spec).privacy
+    if privacy is None:
+        raise ValueError(f"client {spec.id} has no privacy accountant to restore")
+    # Opacus keeps tuples; epsilon_of caches on them.
+    privacy.engine.accountant.history = [
+        (float(s), float(q), int(n)) for s, q, n in history
+    ]
+
+
 def init_worker() -> None:
     """Start-up of a pool worker process: one torch thread, no inherited cache."""
     torch.set_num_threads(1)

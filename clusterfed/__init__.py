@@ -5,6 +5,7 @@ messages; scenarios run on one process (asyncio) or on a Ray cluster.
 
     >>> import clusterfed
     >>> result = clusterfed.run("quickstart", rounds=3)   # doctest: +SKIP
+    >>> clusterfed.resume("runs/stopped-run")             # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ __version__ = "0.1.0"
 # such as `clusterfed.protocol` in a worker stay light.
 _LAZY = {
     "run": "clusterfed.api",
+    "resume": "clusterfed.api",
     "RunResult": "clusterfed.api",
     "Scenario": "clusterfed.scenarios",
     "load_scenario": "clusterfed.scenarios",
@@ -32,4 +34,4 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-__all__ = ["RunResult", "Scenario", "__version__", "load_scenario", "run"]
+__all__ = ["RunResult", "Scenario", "__version__", "load_scenario", "resume", "run"]

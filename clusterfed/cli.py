@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from clusterfed.errors import ClusterfedError
+
+if TYPE_CHECKING:
+    from clusterfed.api import RunResult
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -57,7 +61,28 @@ def _run(args: argparse.Namespace) -> int:
         ray_address=args.ray_address,
         clients_per_host=args.clients_per_host,
         progress=not args.quiet,
+        checkpoint_every=args.checkpoint_every,
     )
+    _report(result)
+    return 0
+
+
+def _resume(args: argparse.Namespace) -> int:
+    from clusterfed.api import resume
+
+    result = resume(
+        args.folder,
+        runtime=args.runtime,
+        workers=args.workers,
+        ray_address=args.ray_address,
+        clients_per_host=args.clients_per_host,
+        progress=not args.quiet,
+    )
+    _report(result)
+    return 0
+
+
+def _report(result: RunResult) -> None:
     s = result.summary
     print(
         f"{s['scenario']} · {s['algorithm']}: {s['rounds']} rounds,"
@@ -66,7 +91,6 @@ def _run(args: argparse.Namespace) -> int:
         f" failed {s['failed_updates']}, {s['wall_s']:.1f} s"
     )
     print(f"results: {result.out}")
-    return 0
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -109,7 +133,32 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a scenario into a results folder")
     run.add_argument("--algorithm", help="replace the scenario's algorithm")
     _common(run, "results folder (default runs/<scenario>-<algorithm>-seed<seed>)")
+    run.add_argument(
+        "--checkpoint-every",
+        type=int,
+        metavar="N",
+        help="write a checkpoint after every N-th round (see `clusterfed resume`)",
+    )
     run.set_defaults(command=_run)
+
+    again = sub.add_parser(
+        "resume", help="continue a stopped run from its last checkpoint"
+    )
+    again.add_argument("folder", help="the results folder of the stopped run")
+    again.add_argument(
+        "--runtime", choices=["local", "ray"], help="default: the run's own"
+    )
+    again.add_argument(
+        "--ray-address", help="join a running Ray cluster: auto or HOST:PORT"
+    )
+    again.add_argument(
+        "--clients-per-host", type=int, help="logical clients per Ray host actor"
+    )
+    again.add_argument(
+        "--workers", type=int, help="worker processes (default: one per core)"
+    )
+    again.add_argument("--quiet", action="store_true", help="no progress bar")
+    again.set_defaults(command=_resume)
 
     compare = sub.add_parser(
         "compare", help="run several algorithms on one scenario and seed, side by side"

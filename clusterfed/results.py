@@ -19,6 +19,7 @@ import numpy as np
 from sklearn.metrics import accuracy_score, f1_score, precision_score, recall_score
 
 from clusterfed.actors import RoundOutcome
+from clusterfed.errors import ConfigError
 
 from .metrics import ari, purity
 from .plots import plot_run
@@ -32,17 +33,71 @@ class RunRecorder:
     Args:
         out: the folder; created if missing, previous results in it replaced.
         config: the resolved run configuration for config.json.
+        resume: a `snapshot` of the recorder of a stopped run in `out`: its
+            rounds.jsonl is cut back to the rounds of the snapshot and read
+            back, and config.json is kept.
+
+    Raises:
+        ConfigError: with `resume`, rounds.jsonl holds less than the snapshot.
     """
 
-    def __init__(self, out: Path, config: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        out: Path,
+        config: Mapping[str, Any],
+        *,
+        resume: Mapping[str, Any] | None = None,
+    ) -> None:
         self.out = out
         self.rows: list[Row] = []
         self.sim_time = 0.0
         self._start = time.perf_counter()
+        if resume is not None:
+            self._resume(resume)
+            return
         out.mkdir(parents=True, exist_ok=True)
         for stale in ("rounds.jsonl", "summary.json"):
             (out / stale).unlink(missing_ok=True)
         _write_json(out / "config.json", {**config, "versions": versions()})
+
+    def snapshot(self) -> Row:
+        """Where the recorder stands, for a checkpoint; rounds.jsonl is
+        flushed to disk first, so the rows the snapshot counts are there."""
+        rounds = self.out / "rounds.jsonl"
+        size = 0
+        if rounds.exists():
+            with rounds.open("rb") as stream:
+                os.fsync(stream.fileno())
+            size = rounds.stat().st_size
+        return {
+            "sim_time": self.sim_time,
+            "rounds_bytes": size,
+            "n_rows": len(self.rows),
+            "wall_s": time.perf_counter() - self._start,
+        }
+
+    def _resume(self, snapshot: Mapping[str, Any]) -> None:
+        rounds = self.out / "rounds.jsonl"
+        size = int(snapshot["rounds_bytes"])
+        have = rounds.stat().st_size if rounds.exists() else 0
+        if have < size:
+            raise ConfigError(
+                f"{rounds}: {have} bytes, the checkpoint counts {size}:"
+                " the rounds it holds are gone"
+            )
+        # Rows written after the checkpoint (and a line cut short by a kill)
+        # go: the resumed run writes those rounds again.
+        with rounds.open("r+b") as stream:
+            stream.truncate(size)
+            os.fsync(stream.fileno())
+        self.rows = [json.loads(line) for line in rounds.read_text().splitlines()]
+        if len(self.rows) != snapshot["n_rows"]:
+            raise ConfigError(
+                f"{rounds}: {len(self.rows)} rounds where the checkpoint has"
+                f" {snapshot['n_rows']}"
+            )
+        self.sim_time = float(snapshot["sim_time"])
+        self._start = time.perf_counter() - float(snapshot["wall_s"])
 
     def record(
         self,
@@ -93,6 +148,7 @@ class RunRecorder:
             "bytes_down": outcome.bytes_down,
             "epsilon_max": outcome.epsilon_max,
             "events": list(events),
+            "planned_updates": outcome.planned_updates,
             "late_updates": outcome.late_updates,
             "failed_updates": outcome.failed_updates,
             "rejected_messages": outcome.rejected_messages,
@@ -153,6 +209,7 @@ def summarize(rows: Sequence[Row], *, algorithm: str, scenario: str) -> Row:
         "rounds_to_purity90": reached[0] if reached else None,
         "n_clusters_final": last["n_clusters"] if last else None,
         "epsilon_max": max(spent) if spent else None,
+        "planned_updates": sum(r.get("planned_updates", 0) for r in rows),
         "late_updates": sum(r["late_updates"] for r in rows),
         "failed_updates": sum(r["failed_updates"] for r in rows),
         "rejected_messages": sum(r["rejected_messages"] for r in rows),

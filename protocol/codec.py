@@ -95,7 +95,8 @@ def decode(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES) -> Envelope:
     except ProtocolError:
         raise
     except Exception as exc:  # msgpack raises several unrelated types
-        raise ProtocolError(f"truncated or malformed message: {exc}") from exc
+        detail = str(exc) or type(exc).__name__  # some carry no text
+        raise ProtocolError(f"truncated or malformed message: {detail}") from exc
     if not isinstance(raw, dict):
         raise ProtocolError(f"expected a map at the top, got {type(raw).__name__}")
     version = raw.get("protocol_version")

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from clusterfed.actors import ClientSpec, ServerSpec
+from clusterfed.actors.faults import FaultyClientSpec
 from clusterfed.actors.privacy import (
     plan_noise_multiplier,
     poisson_steps,
@@ -91,7 +92,10 @@ class RunPlan:
         """The spec of a client holding `split`, seen through its transform,
         that takes part from `first_round` on."""
         s = self.scenario
-        return ClientSpec(
+        faults = s.faults_of(client_id)
+        kind = FaultyClientSpec if faults else ClientSpec
+        extra = {"faults": faults} if faults else {}
+        return kind(
             id=client_id,
             group=self.transforms.truth(partition_group, transform_group),
             dataset=s.dataset.name,
@@ -106,6 +110,7 @@ class RunPlan:
                 len(split.train), first_round, f"client {client_id}"
             ),
             **self.transforms.fields(transform_group),
+            **extra,
         )
 
     def privacy_plan(
@@ -201,6 +206,7 @@ def plan_run(scenario: Scenario) -> RunPlan:
         seed=scenario.seed,
         deadline=scenario.deadline,
         task_timeout_s=scenario.task_timeout_s,
+        max_update_norm=scenario.max_update_norm,
     )
     plan = RunPlan(
         scenario,

@@ -3,11 +3,13 @@
 The engine owns what the simulation knows and the server must not: every
 client's spec (data, transform, device), its ground-truth group, who has left,
 crashed or dropped out. Before each round it fires the due events through the
-runtime; random choices come from the scenario's event stream.
+runtime; random choices come from the scenario's event stream. `snapshot` and
+`restore` carry its position across a checkpoint.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -46,6 +48,56 @@ class ScenarioEngine:
         self.next_id = len(plan.clients)
         self.crashed: dict[int, int | None] = {}  # client → round it recovers
         self.straggling: dict[int, int] = {}  # client → first round back to normal
+        # Data set aside for each join event, to count what joins have taken.
+        self._reserved = {i: len(q) for i, q in plan.reserved.items()}
+
+    def snapshot(self) -> dict[str, Any]:
+        """The engine's position between rounds, for a checkpoint (picklable)."""
+        return copy.deepcopy(
+            {
+                "fired": self.timeline.fired,
+                "rng": self.rng,
+                "specs": self.specs,
+                "partition_groups": self.partition_groups,
+                "transform_groups": self.transform_groups,
+                "next_id": self.next_id,
+                "crashed": self.crashed,
+                "straggling": self.straggling,
+                "reserved_taken": {
+                    i: n - len(self.plan.reserved[i]) for i, n in self._reserved.items()
+                },
+            }
+        )
+
+    def restore(self, snapshot: Mapping[str, Any]) -> None:
+        """Go back to where `snapshot` was taken, on a fresh plan of the same
+        scenario (before the runtime starts: `specs` are the clients to host)."""
+        self.timeline = Timeline(self.plan.scenario.events, snapshot["fired"])
+        self.rng = copy.deepcopy(snapshot["rng"])
+        # The books of a client's privacy belong to one run (`run_id`): the
+        # resumed clients take this run's, and their history from the checkpoint.
+        self.specs = {
+            cid: (
+                spec
+                if spec.privacy is None
+                else spec.model_copy(
+                    update={
+                        "privacy": spec.privacy.model_copy(
+                            update={"run_id": self.plan.run_id}
+                        )
+                    }
+                )
+            )
+            for cid, spec in snapshot["specs"].items()
+        }
+        self.partition_groups = dict(snapshot["partition_groups"])
+        self.transform_groups = dict(snapshot["transform_groups"])
+        self.next_id = snapshot["next_id"]
+        self.crashed = dict(snapshot["crashed"])
+        self.straggling = dict(snapshot["straggling"])
+        for index, taken in snapshot["reserved_taken"].items():
+            for _ in range(taken):
+                self.plan.reserved[index].popleft()
 
     @property
     def groups(self) -> dict[int, int]:

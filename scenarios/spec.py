@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from clusterfed.actors import DeviceProfile
 from clusterfed.actors.clock import DeadlinePolicy, WaitAll
+from clusterfed.actors.faults import FaultPlan
 from clusterfed.actors.spec import Accountant
 from clusterfed.algorithms import make
 from clusterfed.protocol import TrainConfig
@@ -158,6 +159,42 @@ class DPSpec(_Spec):
     accountant: Accountant = Field("rdp", description="Opacus' accountant")
 
 
+class Faulty(FaultPlan):
+    """Clients that misbehave on purpose, for tests and fault studies.
+
+    In the rounds of the schedule (`start`, then every `every` rounds, every
+    round by default, up to `until` inclusive) each of `clients` answers its
+    train task with `behaviour`: "nan" (a NaN delta), "garbage" (bytes that
+    are no message), "wrong_shape" (a delta one weight short), "replay" (its
+    last honest update again) or "hang" (no reply; needs `task_timeout_s`).
+    """
+
+    clients: int | list[int] = Field(description="the faulty clients' ids")
+
+    @field_validator("clients")
+    @classmethod
+    def _ids(cls, value: int | list[int]) -> int | list[int]:
+        ids = [value] if isinstance(value, int) else value
+        if not ids:
+            raise ValueError("lists no client")
+        if any(i < 0 for i in ids):
+            raise ValueError(f"client ids are >= 0, got {value}")
+        return value
+
+    @property
+    def ids(self) -> list[int]:
+        return [self.clients] if isinstance(self.clients, int) else list(self.clients)
+
+    def plan(self) -> FaultPlan:
+        """The misbehaviour each of its clients carries."""
+        return FaultPlan(
+            behaviour=self.behaviour,
+            start=self.start,
+            every=self.every,
+            until=self.until,
+        )
+
+
 DP_OFF = ("off", "none", "false", "no")
 
 
@@ -191,6 +228,15 @@ class Scenario(_Spec):
     events: list[Event] = Field(default_factory=list)
     task_timeout_s: float | None = Field(
         None, gt=0, description="wall-clock limit on one request"
+    )
+    max_update_norm: float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="updates whose delta has a larger L2 norm are refused",
+    )
+    faulty: list[Faulty] = Field(
+        default_factory=list, description="clients that misbehave on purpose"
     )
     dp: DPSpec | None = Field(
         None, description='local differential privacy; None (or "off"): off'
@@ -242,6 +288,28 @@ class Scenario(_Spec):
                     f" (the transform has {n_groups} group(s))"
                 )
         return self
+
+    @model_validator(mode="after")
+    def _faulty_clients_exist(self) -> Scenario:
+        total = self.clients + sum(n for _, n in self.joins())
+        for i, faulty in enumerate(self.faulty):
+            where = f"faulty[{i}] ({faulty.behaviour})"
+            missing = [c for c in faulty.ids if c >= total]
+            if missing:
+                raise ValueError(
+                    f"{where}: client {missing} does not exist"
+                    f" (clients are 0..{total - 1})"
+                )
+            if faulty.behaviour == "hang" and self.task_timeout_s is None:
+                raise ValueError(
+                    f"{where}: a client that never answers needs task_timeout_s,"
+                    " the wall-clock limit that ends its task as failed"
+                )
+        return self
+
+    def faults_of(self, client: int) -> tuple[FaultPlan, ...]:
+        """The misbehaviours client `client` carries, in the order written."""
+        return tuple(f.plan() for f in self.faulty if client in f.ids)
 
     def params_of(self, algorithm: str) -> dict[str, Any]:
         return dict(self.algorithm_params.get(algorithm, {}))

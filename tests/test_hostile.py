@@ -1,0 +1,321 @@
+"""Hostile inputs through a running server: each is refused with its reason,
+the cluster models are bit for bit what they would be without it, and the run
+goes on.
+
+Clients run in this process; a tampering transport rewrites one reply, or
+makes a client push a message to the server on its own, as a hostile or broken
+client would. The reference run is the same run where the hostile message
+never came (the client's update failed, or nothing was pushed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import msgpack
+import numpy as np
+import pytest
+import torch
+
+from clusterfed.actors import Client, ParameterServer, RoundOutcome, build_server
+from clusterfed.protocol import Envelope, UpdateReply, decode, encode
+from clusterfed.protocol.tensor import TENSOR_EXT, pack_tensor
+from clusterfed.scenarios import plan_run
+from clusterfed.types import ClientId
+from helpers import small_scenario
+
+HOSTILE = ClientId(2)
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    # As the runtimes train: tiny models on a busy machine train far faster.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+class Hostile:
+    """In-process clients behind a transport that lets a test misbehave.
+
+    `rewrite(client, round, reply)` returns the bytes delivered instead of a
+    train reply (raise to make the exchange fail); `push(server, client,
+    round)` runs before each train request, to send the server messages on
+    the side.
+    """
+
+    def __init__(self, clients: dict[ClientId, Client]) -> None:
+        self.clients = clients
+        self.server: ParameterServer | None = None
+        self.rewrite: Callable[[ClientId, int, bytes], bytes] | None = None
+        self.push: Callable[[ParameterServer, ClientId, int], Any] | None = None
+
+    async def request(self, client: ClientId, data: bytes) -> bytes:
+        request = decode(data)
+        is_train = request.payload.kind == "train_task"
+        if is_train and self.push is not None:
+            assert self.server is not None
+            await self.push(self.server, client, request.round)
+        reply = await self.clients[client].handle(data)
+        assert reply is not None
+        if is_train and self.rewrite is not None:
+            return self.rewrite(client, request.round, reply)
+        return reply
+
+
+def run(
+    rounds: int = 3,
+    *,
+    rewrite: Callable[[ClientId, int, bytes], bytes] | None = None,
+    push: Callable[[ParameterServer, ClientId, int], Any] | None = None,
+    leave: tuple[ClientId, int] | None = None,
+    **changes: Any,
+) -> tuple[ParameterServer, list[RoundOutcome]]:
+    """A federation of six clients; `leave = (client, round)` makes a client
+    leave before that round."""
+
+    async def go() -> tuple[ParameterServer, list[RoundOutcome]]:
+        plan = plan_run(small_scenario(rounds=rounds, **changes))
+        clients = {ClientId(s.id): Client(s) for s in plan.clients}
+        transport = Hostile(clients)
+        server = build_server(plan.server, transport, {})
+        transport.server = server
+        for client in clients.values():
+            await server.handle(client.join_request())
+        transport.rewrite, transport.push = rewrite, push
+        outcomes = []
+        for r in range(rounds):
+            if leave is not None and leave[1] == r:
+                await server.handle(clients[leave[0]].leave_notice("bye"))
+            outcomes.append(await server.run_round(r))
+        return server, outcomes
+
+    return asyncio.run(go())
+
+
+def in_round(round: int, forge: Callable[[bytes], bytes]) -> Callable[..., bytes]:
+    def rewrite(client: ClientId, r: int, reply: bytes) -> bytes:
+        return forge(reply) if client == HOSTILE and r == round else reply
+
+    return rewrite
+
+
+def fails(round: int) -> Callable[..., bytes]:
+    """The reference: the hostile client's update of `round` simply fails."""
+
+    def vanish(reply: bytes) -> bytes:
+        raise ConnectionError("client vanished")
+
+    return in_round(round, vanish)
+
+
+def assert_same_models(a: ParameterServer, b: ParameterServer) -> None:
+    assert a.state.models.keys() == b.state.models.keys()
+    for cluster, model in a.state.models.items():
+        np.testing.assert_array_equal(model, b.state.models[cluster])
+    assert dict(a.state.assignment) == dict(b.state.assignment)
+
+
+def assert_refused_once(
+    outcomes: list[RoundOutcome], round: int, reason: str, *, update: bool = True
+) -> None:
+    counts = [o.rejected_messages for o in outcomes]
+    assert counts == [int(r == round) for r in range(len(outcomes))], counts
+    (rejection,) = outcomes[round].rejections
+    assert reason in rejection, rejection
+    assert len(outcomes) == 3  # the run went on to its end
+    if update:
+        row = {c.id: c for c in outcomes[round].clients}[HOSTILE]
+        assert row.rejected and not row.trained and not row.failed
+
+
+class Capture:
+    """Keeps every train reply by (client, round), passing it on unchanged."""
+
+    def __init__(self) -> None:
+        self.sent: dict[tuple[ClientId, int], bytes] = {}
+
+    def record(self, client: ClientId, round: int, reply: bytes) -> bytes:
+        self.sent[(client, round)] = reply
+        return reply
+
+
+def scaled(factor: float) -> Callable[[bytes], bytes]:
+    def forge(reply: bytes) -> bytes:
+        raw = msgpack.unpackb(
+            reply, raw=False, ext_hook=lambda c, d: msgpack.ExtType(c, d)
+        )
+        delta = decode(reply).payload.delta  # type: ignore[union-attr]
+        raw["payload"]["delta"] = msgpack.ExtType(
+            TENSOR_EXT, pack_tensor(delta * np.float32(factor))
+        )
+        return msgpack.packb(raw, use_bin_type=True)
+
+    return forge
+
+
+def test_an_update_above_the_norm_bound_is_refused() -> None:
+    server, outcomes = run(rewrite=in_round(1, scaled(1e4)), max_update_norm=50.0)
+    reference, _ = run(rewrite=fails(1), max_update_norm=50.0)
+    assert_refused_once(outcomes, 1, "above max_update_norm = 50")
+    assert_same_models(server, reference)
+
+
+def test_without_a_bound_a_large_update_is_taken() -> None:
+    _, outcomes = run(rewrite=in_round(1, scaled(1e4)))
+    assert [o.rejected_messages for o in outcomes] == [0, 0, 0]
+
+
+def test_a_replayed_reply_of_a_round_that_is_over_is_refused() -> None:
+    transport_sent: dict[int, bytes] = {}
+
+    def replay(client: ClientId, r: int, reply: bytes) -> bytes:
+        if client == HOSTILE and r == 1:
+            transport_sent[1] = reply
+        if client == HOSTILE and r == 2:
+            return transport_sent[1]  # its reply of round 1, byte for byte
+        return reply
+
+    server, outcomes = run(rewrite=replay)
+    reference, _ = run(rewrite=fails(2))
+    assert [o.rejected_messages for o in outcomes] == [0, 0, 1]
+    assert (
+        "reply for round 1, which is over (this is round 2)"
+        in (outcomes[2].rejections[0])
+    )
+    assert_same_models(server, reference)
+
+
+def test_a_duplicate_update_in_the_same_round_is_refused() -> None:
+    async def resend(server: ParameterServer, client: ClientId, round: int) -> None:
+        # While the round trains, the hostile client's update of this round,
+        # already received, reaches the server a second time.
+        # A retry: the same update under a message id of its own.
+        if round == 1 and client == HOSTILE + 1:
+            first = decode(transport.sent[(HOSTILE, 1)])
+            retry = first.model_copy(update={"msg_id": "client/2:retry"})
+            answer = decode(await server.handle(encode(retry)))
+            assert answer.payload.kind == "error"
+
+    transport = Capture()
+    server, outcomes = run(push=resend, rewrite=transport.record)
+    clean, _ = run()
+    assert_refused_once(outcomes, 1, "duplicate: request 'server:", update=False)
+    assert (
+        f"already answered by client {HOSTILE} in round 1"
+        in (outcomes[1].rejections[0])
+    )
+    row = {c.id: c for c in outcomes[1].clients}[HOSTILE]
+    assert row.trained  # the first copy counts, once
+    assert_same_models(server, clean)
+
+
+def test_a_reply_already_received_is_refused_as_a_duplicate() -> None:
+    # The hostile client answers its evaluate task with its update again.
+    async def go() -> tuple[ParameterServer, list[RoundOutcome]]:
+        plan = plan_run(small_scenario(rounds=3))
+        clients = {ClientId(s.id): Client(s) for s in plan.clients}
+        last: dict[ClientId, bytes] = {}
+
+        class Echo:
+            async def request(self, client: ClientId, data: bytes) -> bytes:
+                reply = await clients[client].handle(data)
+                assert reply is not None
+                kind = decode(data).payload.kind
+                if kind == "train_task":
+                    last[client] = reply
+                if (kind, client, decode(data).round) == ("evaluate_task", HOSTILE, 1):
+                    return last[client]
+                return reply
+
+        server = build_server(plan.server, Echo(), {})
+        for client in clients.values():
+            await server.handle(client.join_request())
+        return server, [await server.run_round(r) for r in range(3)]
+
+    server, outcomes = asyncio.run(go())
+    clean, _ = run()
+    assert_refused_once(
+        outcomes, 1, "duplicate: message 'client/2:re:server:", update=False
+    )
+    assert "was already received in round 1" in outcomes[1].rejections[0]
+    assert_same_models(server, clean)
+
+
+def test_a_reply_from_an_unknown_client_is_refused() -> None:
+    def stranger(reply: bytes) -> bytes:
+        env = decode(reply)
+        return encode(env.model_copy(update={"sender": "client/99"}))
+
+    server, outcomes = run(rewrite=in_round(1, stranger))
+    reference, _ = run(rewrite=fails(1))
+    assert_refused_once(outcomes, 1, "message from unknown client 'client/99'")
+    assert_same_models(server, reference)
+
+
+def test_an_update_from_a_departed_client_is_refused() -> None:
+    gone = ClientId(5)
+
+    async def ghost(server: ParameterServer, client: ClientId, round: int) -> None:
+        # Client 5 left before round 2; during round 2 its update of round 1,
+        # re-addressed to round 2, reaches the server.
+        if round == 2 and client == 0:
+            old = decode(transport.sent[(gone, 1)])
+            forged = old.model_copy(update={"round": 2, "msg_id": "client/5:late"})
+            await server.handle(encode(forged))
+
+    transport = Capture()
+    server, outcomes = run(push=ghost, rewrite=transport.record, leave=(gone, 2))
+    reference, ref_outcomes = run(leave=(gone, 2))
+    assert [o.rejected_messages for o in outcomes] == [0, 0, 1]
+    assert (
+        "inbound 'update_reply': message from client 5, which has left"
+        in (outcomes[2].rejections[0])
+    )
+    assert gone not in {c.id for c in outcomes[2].clients}
+    assert_same_models(server, reference)
+    assert ref_outcomes[2].rejected_messages == 0
+
+
+def test_the_books_balance_with_every_refusal() -> None:
+    server, outcomes = run(rewrite=in_round(1, scaled(1e4)), max_update_norm=50.0)
+    for outcome in outcomes:
+        flags = [
+            (c.trained, c.late, c.failed, c.rejected)
+            for c in outcome.clients
+            if c.planned
+        ]
+        assert all(sum(f) == 1 for f in flags)
+        assert len(flags) == outcome.planned_updates == 6
+
+
+def test_an_inbound_update_with_no_request_is_refused() -> None:
+    async def unsolicited(server: ParameterServer, client: ClientId, r: int) -> None:
+        if r == 1 and client == 0:
+            env = Envelope(
+                msg_id="client/3:own",
+                sender="client/3",
+                recipient="server",
+                round=1,
+                payload=UpdateReply(
+                    cluster=0,
+                    delta=np.zeros(3, dtype=np.float32),
+                    n_samples=1,
+                    loss=0.0,
+                    compute_s=0.0,
+                ),
+            )
+            await server.handle(encode(env))
+
+    server, outcomes = run(push=unsolicited)
+    clean, _ = run()
+    assert_refused_once(
+        outcomes,
+        1,
+        "inbound 'update_reply' from 'client/3' is not accepted",
+        update=False,
+    )
+    assert_same_models(server, clean)
