@@ -300,15 +300,18 @@ class RayRuntime:
 
     async def _new_hosts(self, specs: Sequence[ClientSpec]) -> None:
         size = self.clients_per_host or 1
-        cpus = max(1.0, float(ray.cluster_resources().get("CPU", 1)))
-        # More hosts than CPUs share them, or Ray would never schedule the rest.
-        n_hosts = len(self.hosts) + math.ceil(len(specs) / size)
-        share = min(1.0, cpus / max(1, n_hosts))
         for first in range(0, len(specs), size):
             group = list(specs[first : first + size])
+            # A host reserves no CPU: a reservation would leave a host created
+            # later (a client joining mid-run) waiting forever for a free CPU.
+            # SPREAD still places the hosts over a cluster's nodes.
             host = (
                 ray.remote(ClientHost)
-                .options(num_cpus=share, max_restarts=self.max_restarts)
+                .options(
+                    num_cpus=0,
+                    scheduling_strategy="SPREAD",
+                    max_restarts=self.max_restarts,
+                )
                 .remote(group, self.server, self.max_restarts > 0)
             )
             self.hosts.append(host)

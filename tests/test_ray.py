@@ -14,6 +14,7 @@ import pytest
 
 import clusterfed
 from clusterfed.actors.ray_runtime import RayRuntime
+from clusterfed.scenarios import Join
 from helpers import small_scenario
 
 ray = pytest.importorskip("ray")
@@ -52,15 +53,18 @@ def _accuracies(rows: list[dict[str, Any]]) -> list[list[float | None]]:
 
 
 def test_local_and_ray_give_the_same_per_client_accuracies(tmp_path: Path) -> None:
-    scenario = small_scenario(rounds=3)
+    # A join needs a host actor created mid-run, beside hosts already placed.
+    scenario = small_scenario(rounds=3, events=[Join(start=1)])
     local = clusterfed.run(scenario, out=tmp_path / "local")
     on_ray = clusterfed.run(scenario, out=tmp_path / "ray", runtime="ray")
     assert _accuracies(local.rows) == _accuracies(on_ray.rows)
     assert [r["bytes_up"] for r in local.rows] == [r["bytes_up"] for r in on_ray.rows]
+    newcomer = [c for r in on_ray.rows for c in r["clients"] if c["id"] == 6]
+    assert len(newcomer) == 2 and all(c["trained"] for c in newcomer)
 
 
 def test_one_actor_per_client_gives_the_same_results(tmp_path: Path) -> None:
-    scenario = small_scenario(rounds=2)
+    scenario = small_scenario(rounds=2, events=[Join(start=1)])
     packed = clusterfed.run(scenario, out=tmp_path / "a", runtime="ray")
     runtime = RayRuntime(clients_per_host=1)
     single = clusterfed.run(scenario, out=tmp_path / "b", runtime=runtime)
