@@ -90,16 +90,7 @@ class LocalTrainer:
         """
         if self.privacy is not None:
             return self._train_private(weights, config, round, self.privacy)
-        set_flat(self.model, weights)
-        self.model.train()
-        params = list(self.model.parameters())
-        start = [p.detach().clone() for p in params] if config.mu > 0 else None
-        optimizer = torch.optim.SGD(
-            params,
-            lr=config.lr,
-            momentum=config.momentum,
-            weight_decay=config.weight_decay,
-        )
+        params, start, optimizer = self._start_round(weights, config)
         generator = torch.Generator().manual_seed(derive_seed(self.seed, round))
         n = self.n_train
         total_loss, seen = 0.0, 0
@@ -119,6 +110,23 @@ class LocalTrainer:
                 optimizer.step()
         delta = get_flat(self.model) - weights
         return TrainResult(delta, total_loss / seen, n, seen)
+
+    def _start_round(
+        self, weights: np.ndarray, config: TrainConfig
+    ) -> tuple[list[nn.Parameter], list[torch.Tensor] | None, torch.optim.SGD]:
+        """Load `weights`; the parameters, the proximal anchor (FedProx, else
+        None) and a fresh optimizer: momentum starts at zero every round."""
+        set_flat(self.model, weights)
+        self.model.train()
+        params = list(self.model.parameters())
+        start = [p.detach().clone() for p in params] if config.mu > 0 else None
+        optimizer = torch.optim.SGD(
+            params,
+            lr=config.lr,
+            momentum=config.momentum,
+            weight_decay=config.weight_decay,
+        )
+        return params, start, optimizer
 
     def check_budget(self, config: TrainConfig) -> float | None:
         """The ε spent after a task with `config`; None without DP.
@@ -147,17 +155,7 @@ class LocalTrainer:
         hook is left behind for evaluation or the identity probes.
         """
         self.check_budget(config)
-        set_flat(self.model, weights)
-        self.model.train()
-        params = list(self.model.parameters())
-        start = [p.detach().clone() for p in params] if config.mu > 0 else None
-        # A fresh optimizer per round, as without DP (momentum starts at zero).
-        optimizer = torch.optim.SGD(
-            params,
-            lr=config.lr,
-            momentum=config.momentum,
-            weight_decay=config.weight_decay,
-        )
+        params, start, optimizer = self._start_round(weights, config)
         loader = DataLoader(
             self._train_set,
             batch_size=config.batch_size,
