@@ -1,0 +1,116 @@
+"""Behaviour unchanged: runs fixed scenarios and compares their rounds.jsonl
+with references recorded before a refactoring, field by field, in both
+runtimes.
+
+    python bench/equivalence.py check             # every case, local and ray
+    python bench/equivalence.py check --runtimes local --cases quickstart
+    python bench/equivalence.py record            # new references (on purpose)
+
+A reference is the run's rounds.jsonl without `wall_time` (the one field that
+depends on the machine's load), gzipped in bench/equivalence/. `check` prints
+the first difference of each case (round, client, field, both values) and
+exits 1 if any case differs. The references come from this machine's torch
+build; another CPU or torch version may round differently.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from tempfile import TemporaryDirectory
+from typing import Any
+
+import clusterfed
+
+HERE = Path(__file__).resolve().parent / "equivalence"
+
+# name → (scenario, run options)
+CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "quickstart": ("quickstart", {}),
+    "dcfl-dynamic-dp": ("dcfl-dynamic", {"rounds": 12}),
+    "dcfl-dynamic": ("dcfl-dynamic", {"rounds": 12, "overrides": ["dp=off"]}),
+    "cafa-mix": ("cafa-mix", {"rounds": 10}),
+    "faulty": (str(HERE / "faulty.toml"), {}),
+}
+RUNTIMES = ("local", "ray")
+
+
+def rows_of(case: str, runtime: str, out: Path) -> list[dict[str, Any]]:
+    scenario, options = CASES[case]
+    result = clusterfed.run(scenario, out=out, runtime=runtime, **options)
+    return [{k: v for k, v in row.items() if k != "wall_time"} for row in result.rows]
+
+
+def reference_path(case: str, runtime: str) -> Path:
+    return HERE / f"{case}-{runtime}.jsonl.gz"
+
+
+def differences(want: Any, got: Any, where: str = "") -> Iterator[tuple[str, Any, Any]]:
+    """Every place where two JSON values differ, outermost first."""
+    if isinstance(want, dict) and isinstance(got, dict):
+        for key in sorted(set(want) | set(got)):
+            yield from differences(want.get(key), got.get(key), f"{where}.{key}")
+    elif isinstance(want, list) and isinstance(got, list):
+        if len(want) != len(got):
+            yield f"{where} (length)", len(want), len(got)
+        for i, (a, b) in enumerate(zip(want, got, strict=False)):
+            label = f"client {a['id']}" if isinstance(a, dict) and "id" in a else i
+            yield from differences(a, b, f"{where}[{label}]")
+    elif want != got:
+        yield where, want, got
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("action", choices=["check", "record"])
+    parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
+    parser.add_argument("--runtimes", nargs="+", choices=RUNTIMES, default=RUNTIMES)
+    args = parser.parse_args()
+    failed = 0
+    for runtime in args.runtimes:
+        for case in args.cases:
+            start = time.perf_counter()
+            with TemporaryDirectory() as tmp:
+                rows = rows_of(case, runtime, Path(tmp))
+            took = time.perf_counter() - start
+            path = reference_path(case, runtime)
+            if args.action == "record":
+                with gzip.open(path, "wt") as stream:
+                    stream.writelines(
+                        json.dumps(r, sort_keys=True) + "\n" for r in rows
+                    )
+                print(
+                    f"{case:18} {runtime:5} recorded {len(rows)} rounds ({took:.1f} s)"
+                )
+                continue
+            with gzip.open(path, "rt") as stream:
+                want = [json.loads(line) for line in stream]
+            got = json.loads(json.dumps(rows))  # the same JSON round trip
+            found = []
+            for r, (a, b) in enumerate(zip(want, got, strict=False)):
+                found = [(f"round {r}{w}", x, y) for w, x, y in differences(a, b)]
+                if found:
+                    break
+            if not found and len(want) != len(got):
+                found = [("rounds", len(want), len(got))]
+            if found:
+                failed += 1
+                where, a, b = found[0]
+                print(
+                    f"{case:18} {runtime:5} DIFFERS at {where}: reference {a!r},"
+                    f" now {b!r} ({len(found)} differences in that round)"
+                )
+            else:
+                print(
+                    f"{case:18} {runtime:5} identical, {len(got)} rounds ({took:.1f} s)"
+                )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
