@@ -2,33 +2,38 @@
 
 from __future__ import annotations
 
-from . import work
 from .client import Client, client_address
-from .clock import DeviceProfile, compute_s, transfer_s
-from .local import LocalRuntime
-from .server import ClientOutcome, Exchange, ParameterServer, RoundOutcome, build_server
-from .spec import ClientSpec, ServerSpec, build_trainer
+from .clock import DeviceProfile, SimClock, compute_s, transfer_s
+from .courier import ClientUnreachable, Courier
+from .host import ClientHost
+from .outcome import ClientOutcome, Exchange, RoundOutcome
+from .runtimes import InlineRuntime, ProcessRuntime, Runtime, local_runtime
+from .server import ParameterServer
+from .spec import ClientSpec, ScratchModels, build_trainer
 from .trainer import EvalResult, LocalTrainer, TrainResult
-from .transport import Transport
 
 __all__ = [
     "Client",
+    "ClientHost",
     "ClientOutcome",
     "ClientSpec",
+    "ClientUnreachable",
+    "Courier",
     "DeviceProfile",
     "EvalResult",
     "Exchange",
-    "LocalRuntime",
+    "InlineRuntime",
     "LocalTrainer",
     "ParameterServer",
+    "ProcessRuntime",
     "RoundOutcome",
-    "ServerSpec",
+    "Runtime",
+    "ScratchModels",
+    "SimClock",
     "TrainResult",
-    "Transport",
-    "build_server",
     "build_trainer",
     "client_address",
     "compute_s",
+    "local_runtime",
     "transfer_s",
-    "work",
 ]

@@ -4,15 +4,20 @@
 reply that says what was wrong. Nothing a peer sends can raise out of it. The
 one exception is a faulty client (`faults.py`) that hangs: `handle` returns
 None, and its host never delivers a reply.
+
+Everything a client keeps lives on the client object, on its host: its
+trainer (rebuilt when its data changes, e.g. after a drift) and with it its
+privacy accountant, which outlives a rebuilt trainer, and a faulty client's
+memory. The models its tasks run in belong to the host (`ScratchModels`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from clusterfed.algorithms import Candidate
+from clusterfed.data import load_dataset
 from clusterfed.protocol import (
     ClassHistogram,
     ClusterfedError,
@@ -40,21 +45,10 @@ from . import work
 from .clock import compute_s
 from .faults import FaultyBehaviour
 from .privacy import PrivacyBudgetError
-from .spec import ClientSpec
-
-T = TypeVar("T")
-Offload = Callable[..., Awaitable[Any]]
-"""`await offload(fn, *args)` runs blocking work off the event loop.
-
-`fn` is a module-level function of `work` and `args` are picklable, so the
-work can go to a thread or to another process.
-"""
+from .spec import ClientSpec, ScratchModels, build_trainer
+from .trainer import LocalTrainer
 
 log = logging.getLogger(__name__)
-
-
-async def run_inline(fn: Callable[..., T], *args: Any) -> T:
-    return fn(*args)
 
 
 def client_address(client_id: int) -> str:
@@ -72,16 +66,40 @@ class Client:
 
     Args:
         spec: its data, model and device; its id is also its address.
-        offload: how blocking work leaves the event loop.
+        models: the host's pool of models to train in (a fresh one by default).
     """
 
-    def __init__(self, spec: ClientSpec, *, offload: Offload = run_inline) -> None:
+    def __init__(self, spec: ClientSpec, models: ScratchModels | None = None) -> None:
         self.spec = spec
         self.id = spec.id
         self.address = client_address(spec.id)
-        self.offload = offload
+        self.models = models if models is not None else ScratchModels()
         self.stopped = False
         self.faults = FaultyBehaviour(spec)
+        self._trainer: LocalTrainer | None = None
+        self._trainer_key: dict[str, Any] | None = None
+
+    @property
+    def trainer(self) -> LocalTrainer:
+        """The client's trainer, rebuilt only when its data changes.
+
+        Under local DP the rebuilt trainer keeps the accountant of the old
+        one when the privacy plan is the same (a drift within one run): its
+        budget is the one it has been spending.
+        """
+        key = self.spec.data_key()
+        if self._trainer is not None and key == self._trainer_key:
+            return self._trainer
+        trainer = build_trainer(self.spec, self.models)
+        if (
+            self._trainer is not None
+            and self._trainer_key is not None
+            and key["privacy"] is not None
+            and self._trainer_key["privacy"] == key["privacy"]
+        ):
+            trainer.privacy = self._trainer.privacy
+        self._trainer, self._trainer_key = trainer, key
+        return trainer
 
     def update(self, spec: ClientSpec) -> None:
         """Take a new spec (a drift, a straggler, a new link); the client keeps
@@ -95,7 +113,12 @@ class Client:
         accountant's history and a faulty client's last update (None: nothing)."""
         state: dict[str, Any] = {}
         if self.spec.privacy is not None:
-            state["privacy"] = work.privacy_history(self.spec)
+            privacy = self._trainer.privacy if self._trainer is not None else None
+            state["privacy"] = (
+                [tuple(entry) for entry in privacy.engine.accountant.history]
+                if privacy is not None
+                else []
+            )
         if self.faults.last_update is not None:
             state["last_update"] = self.faults.last_update
         return state or None
@@ -103,8 +126,15 @@ class Client:
     def restore(self, state: dict[str, Any] | None) -> None:
         """Take back what `state` returned (in a fresh process, on resume)."""
         state = state or {}
-        if self.spec.privacy is not None:
-            work.restore_privacy(self.spec, state.get("privacy") or [])
+        history = state.get("privacy") or []
+        if self.spec.privacy is not None and (history or self._trainer is not None):
+            privacy = self.trainer.privacy
+            if privacy is None:
+                raise ValueError(f"client {self.id} has no privacy accountant")
+            # Opacus keeps tuples; epsilon_of caches on them.
+            privacy.engine.accountant.history = [
+                (float(s), float(q), int(n)) for s, q, n in history
+            ]
         self.faults.last_update = state.get("last_update")
 
     def join_request(self) -> bytes:
@@ -174,8 +204,8 @@ class Client:
                     Candidate(ClusterId(m.cluster), m.weights, m.last_update)
                     for m in models
                 ]
-                cluster, result = await self.offload(
-                    work.train, self.spec, candidates, identity, config, request.round
+                cluster, result = work.train(
+                    self.trainer, candidates, identity, config, request.round
                 )
                 return UpdateReply(
                     cluster=cluster,
@@ -188,7 +218,7 @@ class Client:
                     epsilon=result.epsilon,
                 )
             case EvaluateTask(model=model):
-                scores = await self.offload(work.evaluate, self.spec, model.weights)
+                scores = self.trainer.evaluate(model.weights)
                 return EvaluateReply(
                     cluster=model.cluster,
                     accuracy=scores.accuracy,
@@ -196,9 +226,7 @@ class Client:
                     n_samples=scores.n_samples,
                 )
             case ProbeTask(models=models):
-                results = await self.offload(
-                    work.evaluate_many, self.spec, [m.weights for m in models]
-                )
+                results = [self.trainer.evaluate(m.weights) for m in models]
                 n_test = len(self.spec.test)
                 return ProbeReply(
                     scores=tuple(
@@ -211,7 +239,10 @@ class Client:
                     ),
                 )
             case DescribeTask(want="class_histogram"):
-                counts = await self.offload(work.class_histogram, self.spec)
+                n_classes = load_dataset(
+                    self.spec.dataset, self.spec.dataset_root
+                ).n_classes
+                counts = work.class_histogram(self.trainer, n_classes)
                 return ClassHistogram(client_id=self.id, counts=tuple(counts))
             case Shutdown():
                 self.stopped = True

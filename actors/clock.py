@@ -1,9 +1,13 @@
-"""Simulated time: device profiles, what a task costs on them, and when a round ends.
+"""Simulated time: the clock, device profiles, what a task costs on them, and
+when a round ends.
 
-A task's simulated duration is its download, its compute time on the client's
-device (times any straggler slowdown) and its upload, so a 30 s straggler costs
-no real 30 s. A deadline policy decides when the server stops waiting: replies
-that arrive after that are late.
+`SimClock` owns simulated now and every client's device profile (from the
+client specs, kept current by the federation as events change them). A
+task's simulated duration is its download, its compute time on the client's
+device (as the client reports it: its samples times any straggler slowdown
+over its throughput) and its upload, so a 30 s straggler costs no real 30 s.
+A deadline policy decides when the server stops waiting: replies that arrive
+after that are late.
 """
 
 from __future__ import annotations
@@ -40,6 +44,29 @@ def compute_s(
 ) -> float:
     """Simulated seconds to process `samples_seen` training samples."""
     return samples_seen / profile.samples_per_s * slowdown
+
+
+class SimClock:
+    """Simulated now, the devices, and what a message exchange costs on them."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+        self.profiles: dict[ClientId, DeviceProfile] = {}
+
+    def profile(self, client: ClientId) -> DeviceProfile:
+        return self.profiles.get(client, DeviceProfile())
+
+    def exchange_s(
+        self, client: ClientId, bytes_down: int, compute: float, bytes_up: int
+    ) -> float:
+        """Simulated seconds from sending a request to receiving its reply."""
+        profile = self.profile(client)
+        return transfer_s(profile, bytes_down) + compute + transfer_s(profile, bytes_up)
+
+    def advance(self, seconds: float) -> float:
+        """Move now on by `seconds` (a round's length); returns the new now."""
+        self.now += seconds
+        return self.now
 
 
 class _Policy(BaseModel):

@@ -1,18 +1,17 @@
 """What one round produced: each exchange judged, each client's books, the round's.
 
-The results file (`clusterfed.results`) writes these; every planned train task
-ends in exactly one of accepted (`trained`), late, failed or rejected.
+Every planned train task ends in exactly one `Status`: accepted ("ok"),
+"late", "failed" or "rejected". The results file (`clusterfed.results`)
+writes a client's row from the typed fields here (`ClientOutcome.row`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from clusterfed.protocol import Envelope
-from clusterfed.types import ClientId, ClusterId
-
-Status = Literal["ok", "late", "failed", "rejected"]
+from clusterfed.types import ClientId, ClusterId, Status
 
 
 @dataclass(frozen=True)
@@ -28,23 +27,63 @@ class Exchange:
 
 @dataclass
 class ClientOutcome:
-    """One client's round, as the results file records it."""
+    """One client's round, as the results file records it.
+
+    `status` is how its train task ended; None if it was sent none.
+    """
 
     id: ClientId
+    status: Status | None = None
     cluster: ClusterId | None = None
-    trained: bool = False
     acc: float | None = None
     loss: float | None = None
     train_loss: float | None = None
-    late: bool = False
-    failed: bool = False
-    rejected: bool = False
     reason: str | None = None
     bytes_up: int = 0
     bytes_down: int = 0
     sim_s: float = 0.0
     epsilon: float | None = None  # local DP: the ε it last reported spending
-    planned: bool = False  # it was sent a train task this round
+
+    @property
+    def planned(self) -> bool:
+        return self.status is not None
+
+    @property
+    def trained(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def late(self) -> bool:
+        return self.status == "late"
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "failed"
+
+    @property
+    def rejected(self) -> bool:
+        return self.status == "rejected"
+
+    def row(self, group: int | None) -> dict[str, Any]:
+        """The client's entry in rounds.jsonl (DESIGN §8); `group` is its
+        ground-truth group, which only the scenario knows."""
+        return {
+            "id": self.id,
+            "group": group,
+            "cluster": self.cluster,
+            "acc": self.acc,
+            "loss": self.loss,
+            "late": self.late,
+            "failed": self.failed,
+            "rejected": self.rejected,
+            "trained": self.trained,
+            "train_loss": self.train_loss,
+            "bytes_up": self.bytes_up,
+            "bytes_down": self.bytes_down,
+            "sim_s": self.sim_s,
+            "epsilon": self.epsilon,
+            "reason": self.reason,
+        }
 
 
 @dataclass

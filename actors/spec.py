@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
@@ -18,9 +17,8 @@ from torchvision.transforms.functional import rotate as rotate_image
 
 from clusterfed.data import load_dataset
 from clusterfed.models import build_model
-from clusterfed.protocol import MAX_MESSAGE_BYTES, TrainConfig
 
-from .clock import DeadlinePolicy, DeviceProfile, WaitAll
+from .clock import DeviceProfile
 from .privacy import PrivateTraining, private_model
 from .trainer import LocalTrainer
 
@@ -79,31 +77,40 @@ class ClientSpec(BaseModel):
         return self.model_dump(exclude={"group", "profile", "slowdown"})
 
 
-_scratch: dict[str, nn.Module] = {}
+class ScratchModels:
+    """The models a host's client tasks run in, one per architecture.
 
-
-def scratch_model(
-    spec: ClientSpec, input_shape: tuple[int, ...], n_classes: int
-) -> nn.Module:
-    """The model a client's tasks run in, shared by the clients of a process.
-
-    A task loads its weights first and leaves nothing behind, and a process
+    A task loads its weights first and leaves nothing behind, and a host
     serves one task at a time, so one model per architecture is enough:
-    1,000 clients of a 500k-weight MLP cost one model, not a thousand.
+    1,000 clients of a 500k-weight MLP cost one model, not a thousand. The
+    host owns this pool; its clients share it.
     """
-    private = spec.privacy is not None
-    key = json.dumps([spec.model, spec.model_params, input_shape, n_classes, private])
-    model = _scratch.get(key)
-    if model is None:
-        model = build_model(spec.model, input_shape, n_classes, **spec.model_params)
-        model = _scratch[key] = private_model(model) if private else model
-    return model
+
+    def __init__(self) -> None:
+        self._models: dict[str, nn.Module] = {}
+
+    def model_for(
+        self, spec: ClientSpec, input_shape: tuple[int, ...], n_classes: int
+    ) -> nn.Module:
+        private = spec.privacy is not None
+        key = json.dumps(
+            [spec.model, spec.model_params, input_shape, n_classes, private]
+        )
+        model = self._models.get(key)
+        if model is None:
+            model = build_model(spec.model, input_shape, n_classes, **spec.model_params)
+            model = self._models[key] = private_model(model) if private else model
+        return model
 
 
-def build_trainer(spec: ClientSpec) -> LocalTrainer:
-    """The client's trainer: its samples, transformed, and the shared model."""
+def build_trainer(
+    spec: ClientSpec, models: ScratchModels | None = None
+) -> LocalTrainer:
+    """The client's trainer: its samples, transformed, and a model of `models`
+    (the host's pool; a fresh pool by default)."""
     data = load_dataset(spec.dataset, spec.dataset_root)
-    model = scratch_model(spec, data.input_shape, data.n_classes)
+    pool = models if models is not None else ScratchModels()
+    model = pool.model_for(spec, data.input_shape, data.n_classes)
     privacy = None
     if spec.privacy is not None:
         privacy = PrivateTraining(
@@ -135,25 +142,3 @@ def rotate(images: torch.Tensor, degrees: float) -> torch.Tensor:
     if degrees % 90 == 0:
         return torch.rot90(images, k=int(degrees // 90) % 4, dims=(-2, -1))
     return rotate_image(images, degrees, interpolation=InterpolationMode.BILINEAR)
-
-
-class ServerSpec(BaseModel):
-    """Everything needed to build the parameter server in any process."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
-
-    algorithm: str
-    algorithm_params: dict[str, Any] = Field(default_factory=dict)
-    initial: np.ndarray
-    more_initial: list[np.ndarray] = Field(
-        default_factory=list,
-        description="more independent initial models, for strategies that ask",
-    )
-    train_config: TrainConfig
-    seed: int
-    deadline: DeadlinePolicy = Field(default_factory=WaitAll)
-    task_timeout_s: float | None = Field(None, gt=0)
-    max_message_bytes: int = Field(MAX_MESSAGE_BYTES, gt=0)
-    max_update_norm: float | None = Field(
-        None, gt=0, allow_inf_nan=False, description="largest accepted ‖delta‖₂"
-    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from clusterfed.types import Status
+
 from ._aggregate import average_per_cluster, weighted_mean
 from .base import (
     Candidate,
@@ -14,7 +16,6 @@ from .base import (
     ServerState,
     Strategy,
     TaskPlan,
-    UpdateStatus,
     Want,
 )
 from .registry import algorithms, identity_policies, make, make_policy, parameters
@@ -28,9 +29,9 @@ __all__ = [
     "PeerScore",
     "ProbePlan",
     "ServerState",
+    "Status",
     "Strategy",
     "TaskPlan",
-    "UpdateStatus",
     "Want",
     "algorithms",
     "average_per_cluster",

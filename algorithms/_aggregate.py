@@ -36,12 +36,12 @@ def average_per_cluster(
     Only accepted ("ok") updates count; a cluster nobody updated keeps its model.
     Updates are taken in client order so the sum is the same in every run.
     """
-    by_cluster: dict[ClusterId, list[ClientUpdate]] = defaultdict(list)
+    by_cluster: dict[ClusterId, list[tuple[np.ndarray, int]]] = defaultdict(list)
     for update in sorted(updates, key=lambda u: u.client):
         if update.ok and update.delta is not None and update.n_samples > 0:
-            by_cluster[update.cluster].append(update)
+            by_cluster[update.cluster].append((update.delta, update.n_samples))
     new = dict(models)
     for cluster, members in by_cluster.items():
-        step = weighted_mean([u.delta for u in members], [u.n_samples for u in members])  # type: ignore[misc]
+        step = weighted_mean([d for d, _ in members], [n for _, n in members])
         new[cluster] = (models[cluster] + server_lr * step).astype(np.float32)
     return new

@@ -3,7 +3,15 @@
 The server runs the loop (sending tasks, collecting replies, timing, faults);
 a strategy only decides, through a handful of hooks, and never awaits, sleeps,
 reads a clock or imports a runtime. Every clustered strategy keeps the same
-state shape: cluster models plus an assignment client → cluster.
+state shape, `ServerState`: cluster models plus an assignment client → cluster.
+A strategy that must remember more declares a frozen subclass with typed
+fields (`DCFLState`, `CFLState`…) and names it as its `state_type`; hooks take
+a state and return a new one, never mutating it.
+
+A state holds no random stream. The server owns one `numpy.random.Generator`,
+seeded from the scenario, and passes it to the hooks that may draw from it
+(`plan_round`, `plan_probes`, `aggregate`, `on_describe`, as the last
+argument), always in the same order, so a scenario and a seed fix every draw.
 """
 
 from __future__ import annotations
@@ -12,14 +20,13 @@ import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Generic, Literal, Protocol, Self, TypeVar
 
 import numpy as np
 
 from clusterfed.protocol import TrainConfig
-from clusterfed.types import ClientId, ClusterId
+from clusterfed.types import ClientId, ClusterId, Status
 
-UpdateStatus = Literal["ok", "late", "failed", "rejected"]
 Want = Literal["class_histogram"]
 """A data description a strategy may ask clients for (see `Strategy.wants`)."""
 
@@ -90,7 +97,7 @@ class ClientUpdate:
 
     client: ClientId
     cluster: ClusterId
-    status: UpdateStatus
+    status: Status
     base: np.ndarray | None = None
     delta: np.ndarray | None = None
     n_samples: int = 0
@@ -107,16 +114,16 @@ class ClientUpdate:
 class ServerState:
     """Cluster models (flat float32 vectors) and the client → cluster map.
 
-    `rng` is the strategy's own random stream (sampling, random inits), seeded
-    from the scenario; `extra` holds whatever else a strategy must remember.
+    The state every strategy keeps. A strategy that must remember more (a
+    Dunn index, clients waiting to be placed, per-cluster losses) subclasses
+    it as another frozen dataclass with typed fields.
     """
 
     models: Mapping[ClusterId, np.ndarray]
     assignment: Mapping[ClientId, ClusterId]
-    rng: np.random.Generator
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
-    def replace(self, **changes: Any) -> ServerState:
+    def replace(self, **changes: Any) -> Self:
+        """A copy of this state, of the same type, with `changes` applied."""
         return dataclasses.replace(self, **changes)
 
     @property
@@ -132,11 +139,22 @@ class ServerState:
         return min(sizes, key=lambda k: (-sizes[k], k))
 
 
-class Strategy(ABC):
-    """Base of every algorithm. Subclasses set `name` and implement `aggregate`.
+S = TypeVar("S", bound=ServerState)
+"""A strategy's own state type: `ServerState` or a frozen subclass of it."""
+
+
+class Strategy(ABC, Generic[S]):
+    """Base of every algorithm. Subclasses set `name` and `state_type` and
+    implement `aggregate`.
 
     Hyperparameters are keyword-only `__init__` arguments with defaults; bad
     values raise `ValueError` naming the value.
+
+    Every hook takes the state and returns a new one (or a plan); none mutates
+    its arguments. The hooks that may draw random numbers (`plan_round`,
+    `plan_probes`, `aggregate`, `on_describe`) take the server's generator as
+    their last argument; `init_state`, `on_join`, `on_leave`, `train_config`,
+    `diagnostics`, `model_for` and `plan_for` draw nothing.
 
     Optional hooks, all no-ops by default: `wants` + `on_describe` (clients
     describe their data once, only for a strategy that asks), `plan_probes`
@@ -145,6 +163,11 @@ class Strategy(ABC):
     """
 
     name: ClassVar[str]
+    state_type: type[S]
+    """The strategy's state class: `ServerState` or a frozen dataclass
+    subclass of it. The default `init_state` builds it from `models` and
+    `assignment` alone, so its other fields need defaults unless the strategy
+    overrides `init_state`."""
     wants: ClassVar[tuple[Want, ...]] = ()
     """Data descriptions the server asks every client for, once, before the
     client's first round; the answers reach `on_describe`. Empty: clients
@@ -155,23 +178,33 @@ class Strategy(ABC):
         """How many independently initialised models the strategy starts from."""
         return 1
 
-    def init_state(self, initial: np.ndarray, rng: np.random.Generator) -> ServerState:
-        """The state before any client joins: one cluster holding `initial`."""
-        return ServerState(models={ClusterId(0): initial}, assignment={}, rng=rng)
+    def init_state(self, models: Sequence[np.ndarray]) -> S:
+        """The state before any client joins: one cluster holding `models[0]`.
 
-    def with_initial_models(
-        self, state: ServerState, models: Sequence[np.ndarray]
-    ) -> ServerState:
-        """Called after `init_state` with `initial_models` fresh models (the
-        first is `initial`) when a strategy asks for more than one."""
-        return state
+        `models` holds `initial_models` independently initialised flat float32
+        vectors, the first being the run's initial model; the default keeps
+        only the first. Draws no random numbers.
 
-    def on_join(self, state: ServerState, client: ClientInfo) -> ServerState:
+        Raises:
+            ValueError: `models` does not hold `initial_models` vectors.
+        """
+        self._check_initial_models(models)
+        return self.state_type(models={ClusterId(0): models[0]}, assignment={})
+
+    def _check_initial_models(self, models: Sequence[np.ndarray]) -> None:
+        """ValueError unless `models` holds exactly `initial_models` vectors."""
+        if len(models) != self.initial_models:
+            raise ValueError(
+                f"{self.name} needs {self.initial_models} initial models,"
+                f" got {len(models)}"
+            )
+
+    def on_join(self, state: S, client: ClientInfo) -> S:
         """A client joined: by default it belongs to the lowest cluster id."""
         first = min(state.models)
         return state.replace(assignment={**state.assignment, client.id: first})
 
-    def on_leave(self, state: ServerState, client: ClientId) -> ServerState:
+    def on_leave(self, state: S, client: ClientId) -> S:
         assignment = {k: v for k, v in state.assignment.items() if k != client}
         return state.replace(assignment=assignment)
 
@@ -180,50 +213,62 @@ class Strategy(ABC):
         return base
 
     def plan_round(
-        self, state: ServerState, round: int, clients: Sequence[ClientInfo]
+        self,
+        state: S,
+        round: int,
+        clients: Sequence[ClientInfo],
+        rng: np.random.Generator,
     ) -> list[TaskPlan]:
-        """By default every available client trains its own cluster's model."""
+        """Who trains which model this round, among the available `clients`
+        (`rng` for sampling). By default every one trains its cluster's model."""
         return [self.plan_for(state, c.id) for c in clients]
 
     @abstractmethod
     def aggregate(
-        self, state: ServerState, round: int, updates: Sequence[ClientUpdate]
-    ) -> ServerState:
+        self,
+        state: S,
+        round: int,
+        updates: Sequence[ClientUpdate],
+        rng: np.random.Generator,
+    ) -> S:
         """Fold this round's updates into new cluster models (and assignment)."""
 
     def on_describe(
         self,
-        state: ServerState,
+        state: S,
         round: int,
         histograms: Mapping[ClientId, np.ndarray],
-    ) -> ServerState:
+        rng: np.random.Generator,
+    ) -> S:
         """Clients described their data (only if `wants` asks): the class
         histograms (training samples per class, int64) of the clients that
         answered at the start of `round`, in client order."""
         return state
 
     def plan_probes(
-        self, state: ServerState, round: int, updates: Sequence[ClientUpdate]
+        self,
+        state: S,
+        round: int,
+        updates: Sequence[ClientUpdate],
+        rng: np.random.Generator,
     ) -> list[ProbePlan]:
         """After training, before `aggregate`: which client scores which models
         on its held-out split. The scores reach `aggregate` on the updates'
         `peer_scores`. By default nobody probes."""
         return []
 
-    def diagnostics(self, state: ServerState) -> dict[str, Any]:
+    def diagnostics(self, state: S) -> dict[str, Any]:
         """What the strategy decided, as plain JSON values, recorded with each
         round (`strategy` in rounds.jsonl). Never ground truth: a strategy
         does not know it."""
         return {}
 
-    def model_for(
-        self, state: ServerState, client: ClientId
-    ) -> tuple[ClusterId, np.ndarray]:
+    def model_for(self, state: S, client: ClientId) -> tuple[ClusterId, np.ndarray]:
         """The model a client is evaluated with: its cluster's."""
         cluster = state.assignment[client]
         return cluster, state.models[cluster]
 
-    def plan_for(self, state: ServerState, client: ClientId) -> TaskPlan:
+    def plan_for(self, state: S, client: ClientId) -> TaskPlan:
         cluster, weights = self.model_for(state, client)
         return TaskPlan(client=client, models={cluster: weights})
 

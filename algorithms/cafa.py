@@ -58,7 +58,7 @@ from __future__ import annotations
 import warnings
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -90,10 +90,38 @@ class Clustering:
     k: int
     labels: np.ndarray
     centres: np.ndarray
-    scores: dict[int, float]
+    scores: Mapping[int, float]
 
 
-class CAFA(Strategy):
+@dataclass(frozen=True)
+class ABFAWeight:
+    """One member's ABFA numbers in a round: the accuracy its model got (Eq. 9),
+    its CBCC weight (Eq. 8) and its coefficient in Eq. 11."""
+
+    client: ClientId
+    accuracy: float
+    cbcc_weight: float
+    weight: float
+
+
+@dataclass(frozen=True)
+class CAFAState(ServerState):
+    """The one global model, plus CBCC's clustering and the last ABFA round.
+
+    Attributes:
+        membership: each described client's CBCC cluster.
+        clustering: CBCC's clustering of the first batch of histograms (k,
+            centres, silhouettes); None until there is one.
+        abfa: the last round's members and weights, in client order; None
+            before the first aggregation.
+    """
+
+    membership: Mapping[ClientId, int] = field(default_factory=dict)
+    clustering: Clustering | None = None
+    abfa: tuple[ABFAWeight, ...] | None = None
+
+
+class CAFA(Strategy[CAFAState]):
     """CBCC weights times ABFA weights over a random subset of clients.
 
     Args:
@@ -106,6 +134,7 @@ class CAFA(Strategy):
     """
 
     name = "cafa"
+    state_type = CAFAState
     wants: ClassVar[tuple[Want, ...]] = ("class_histogram",)
 
     def __init__(
@@ -129,41 +158,39 @@ class CAFA(Strategy):
 
     def on_describe(
         self,
-        state: ServerState,
+        state: CAFAState,
         round: int,
         histograms: Mapping[ClientId, np.ndarray],
-    ) -> ServerState:
-        """Cluster the first batch of histograms; place later ones by centre."""
+        rng: np.random.Generator,
+    ) -> CAFAState:
+        """Cluster the first batch of histograms (one seed drawn from `rng`);
+        place later ones by centre."""
         clients = sorted(histograms)
         features = class_features(np.stack([histograms[c] for c in clients]))
-        membership = dict(_membership(state))
-        extra = dict(state.extra)
-        if "centres" not in extra:
+        membership = dict(state.membership)
+        if state.clustering is None:
             found = cbcc_clustering(
                 features,
                 k_max=self.k_max,
-                seed=int(state.rng.integers(2**31 - 1)),
+                seed=int(rng.integers(2**31 - 1)),
             )
             labels = found.labels
-            extra.update(
-                centres=found.centres, k=found.k, silhouette=dict(found.scores)
-            )
+            state = state.replace(clustering=found)
         else:
-            labels = nearest_centre(features, extra["centres"])
+            labels = nearest_centre(features, state.clustering.centres)
         membership.update(
             {c: int(label) for c, label in zip(clients, labels, strict=True)}
         )
-        extra["cbcc"] = membership
-        return state.replace(extra=extra)
+        return state.replace(membership=membership)
 
-    def on_leave(self, state: ServerState, client: ClientId) -> ServerState:
+    def on_leave(self, state: CAFAState, client: ClientId) -> CAFAState:
         state = super().on_leave(state, client)
-        membership = {c: k for c, k in _membership(state).items() if c != client}
-        return state.replace(extra={**state.extra, "cbcc": membership})
+        membership = {c: k for c, k in state.membership.items() if c != client}
+        return state.replace(membership=membership)
 
-    def cbcc_weight(self, state: ServerState, client: ClientId) -> float | None:
+    def cbcc_weight(self, state: CAFAState, client: ClientId) -> float | None:
         """|C_i| / n for the client's cluster (Eq. 8); None if not placed."""
-        membership = _membership(state)
+        membership = state.membership
         if client not in membership:
             return None
         sizes = Counter(membership.values())
@@ -172,19 +199,26 @@ class CAFA(Strategy):
     # -- ABFA -------------------------------------------------------------------
 
     def plan_round(
-        self, state: ServerState, round: int, clients: Sequence[ClientInfo]
+        self,
+        state: CAFAState,
+        round: int,
+        clients: Sequence[ClientInfo],
+        rng: np.random.Generator,
     ) -> list[TaskPlan]:
         """K clients at random among those CBCC placed (everyone if none is)."""
-        membership = _membership(state)
-        eligible = [c for c in clients if c.id in membership] or list(clients)
+        eligible = [c for c in clients if c.id in state.membership] or list(clients)
         if not eligible:
             return []
         k = min(self.selected, len(eligible))
-        picked = state.rng.choice(len(eligible), size=k, replace=False)
+        picked = rng.choice(len(eligible), size=k, replace=False)
         return [self.plan_for(state, eligible[i].id) for i in sorted(picked)]
 
     def plan_probes(
-        self, state: ServerState, round: int, updates: Sequence[ClientUpdate]
+        self,
+        state: CAFAState,
+        round: int,
+        updates: Sequence[ClientUpdate],
+        rng: np.random.Generator,
     ) -> list[ProbePlan]:
         """Every member scores the other members' trained models."""
         models = {
@@ -204,12 +238,16 @@ class CAFA(Strategy):
         return plans
 
     def aggregate(
-        self, state: ServerState, round: int, updates: Sequence[ClientUpdate]
-    ) -> ServerState:
+        self,
+        state: CAFAState,
+        round: int,
+        updates: Sequence[ClientUpdate],
+        rng: np.random.Generator,
+    ) -> CAFAState:
         """Eq. 11 over the members whose update is ok."""
         members = _usable(updates)
         if not members:
-            return state.replace(extra={**state.extra, "abfa": _abfa_record([])})
+            return state.replace(abfa=())
         accuracy = _fill(
             [
                 weighted_accuracy(
@@ -228,34 +266,33 @@ class CAFA(Strategy):
         step = weighted_mean(deltas, weights.tolist())
         models = dict(state.models)
         models[cluster] = (state.models[cluster] + step).astype(np.float32)
-        record = _abfa_record(
-            [
-                (u.client, float(a), float(c), float(w))
-                for u, a, c, w in zip(members, accuracy, cbcc, weights, strict=True)
-            ]
+        record = tuple(
+            ABFAWeight(u.client, float(a), float(c), float(w))
+            for u, a, c, w in zip(members, accuracy, cbcc, weights, strict=True)
         )
-        return state.replace(models=models, extra={**state.extra, "abfa": record})
+        return state.replace(models=models, abfa=record)
 
     # -- results ----------------------------------------------------------------
 
-    def diagnostics(self, state: ServerState) -> dict[str, Any]:
+    def diagnostics(self, state: CAFAState) -> dict[str, Any]:
         """CBCC's clustering and IID clients; the last round's ABFA weights."""
         found: dict[str, Any] = {}
-        membership = _membership(state)
+        membership = state.membership
         if membership:
             iid = iid_cluster(list(membership.values()))
+            n_clusters = len(set(membership.values()))
+            scores: Mapping[int, float] = {}
+            if state.clustering is not None:
+                n_clusters, scores = state.clustering.k, state.clustering.scores
             found["cbcc"] = {
-                "k": int(state.extra.get("k", len(set(membership.values())))),
+                "k": int(n_clusters),
                 "iid_cluster": iid,
                 "iid_clients": sorted(c for c, k in membership.items() if k == iid),
                 "clusters": {str(c): k for c, k in sorted(membership.items())},
-                "silhouette": {
-                    str(k): float(s)
-                    for k, s in sorted(state.extra.get("silhouette", {}).items())
-                },
+                "silhouette": {str(k): float(s) for k, s in sorted(scores.items())},
             }
-        if "abfa" in state.extra:
-            found["abfa"] = state.extra["abfa"]
+        if state.abfa is not None:
+            found["abfa"] = _abfa_record(state.abfa)
         return found
 
 
@@ -268,7 +305,8 @@ def class_features(counts: np.ndarray) -> np.ndarray:
     totals = counts.sum(axis=1, keepdims=True)
     if (totals <= 0).any():
         raise ValueError("every class histogram needs at least one sample")
-    return counts / totals
+    features: np.ndarray = counts / totals
+    return features
 
 
 def cbcc_clustering(
@@ -315,7 +353,8 @@ def cbcc_weights(labels: Sequence[int] | np.ndarray) -> np.ndarray:
 def nearest_centre(features: np.ndarray, centres: np.ndarray) -> np.ndarray:
     """The index of the nearest centre (Euclidean) for each row of `features`."""
     gaps = features[:, None, :] - np.asarray(centres)[None, :, :]
-    return np.argmin(np.einsum("ikd,ikd->ik", gaps, gaps), axis=1)
+    nearest: np.ndarray = np.argmin(np.einsum("ikd,ikd->ik", gaps, gaps), axis=1)
+    return nearest
 
 
 def weighted_accuracy(
@@ -348,10 +387,6 @@ def combined_weights(
 # -- helpers ---------------------------------------------------------------------
 
 
-def _membership(state: ServerState) -> Mapping[ClientId, int]:
-    return state.extra.get("cbcc", {})  # type: ignore[no-any-return]
-
-
 def _usable(updates: Sequence[ClientUpdate]) -> list[ClientUpdate]:
     return [
         u
@@ -367,12 +402,11 @@ def _fill(values: Sequence[float | None]) -> np.ndarray:
     return np.array([default if v is None else v for v in values], dtype=np.float64)
 
 
-def _abfa_record(
-    rows: Sequence[tuple[ClientId, float, float, float]],
-) -> dict[str, Any]:
+def _abfa_record(rows: Sequence[ABFAWeight]) -> dict[str, Any]:
+    """The ABFA weights as the diagnostics report them, keyed by client."""
     return {
-        "members": [int(c) for c, _, _, _ in rows],
-        "accuracy": {str(c): a for c, a, _, _ in rows},
-        "cbcc_weight": {str(c): k for c, _, k, _ in rows},
-        "weight": {str(c): w for c, _, _, w in rows},
+        "members": [int(r.client) for r in rows],
+        "accuracy": {str(r.client): r.accuracy for r in rows},
+        "cbcc_weight": {str(r.client): r.cbcc_weight for r in rows},
+        "weight": {str(r.client): r.weight for r in rows},
     }

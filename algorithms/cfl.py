@@ -28,13 +28,15 @@ Where the paper is loose, clusterfed decides:
 ε1 and ε2 are thresholds on update norms, so they depend on the model size,
 the learning rate and the local epochs. The defaults 0.4 and 1.6 are the
 reference values (the paper's CNN on rotated EMNIST); scale them to the model
-and training settings at hand — `state.extra["update_norms"]` records each
-cluster's (mean, max) update norms of the last round to help choose them.
+and training settings at hand — `CFLState.update_norms` (and the round's
+diagnostics) record each cluster's (mean, max) update norms of the last round
+to help choose them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -47,7 +49,22 @@ from .base import ClientUpdate, ServerState, Strategy
 from .distances import cosine_similarities
 
 
-class CFL(Strategy):
+@dataclass(frozen=True)
+class CFLState(ServerState):
+    """Cluster models and assignment, plus what the splits need.
+
+    Attributes:
+        next_cluster: the lowest id a split may give a new cluster (ids are
+            never reused).
+        update_norms: each cluster's (mean, max) update norms of the last
+            round; None before the first round.
+    """
+
+    next_cluster: int = 0
+    update_norms: Mapping[ClusterId, tuple[float, float]] | None = None
+
+
+class CFL(Strategy[CFLState]):
     """Clustered FL by recursive bipartitioning (Sattler et al.).
 
     Args:
@@ -58,6 +75,7 @@ class CFL(Strategy):
     """
 
     name = "cfl"
+    state_type = CFLState
 
     def __init__(
         self, *, eps1: float = 0.4, eps2: float = 1.6, warmup: int = 20
@@ -73,14 +91,18 @@ class CFL(Strategy):
         self.warmup = warmup
 
     def aggregate(
-        self, state: ServerState, round: int, updates: Sequence[ClientUpdate]
-    ) -> ServerState:
+        self,
+        state: CFLState,
+        round: int,
+        updates: Sequence[ClientUpdate],
+        rng: np.random.Generator,
+    ) -> CFLState:
         state = state.replace(models=average_per_cluster(state.models, updates))
         return self.split(state, round, updates)
 
-    def diagnostics(self, state: ServerState) -> dict[str, Any]:
+    def diagnostics(self, state: CFLState) -> dict[str, Any]:
         """Each cluster's (mean, max) update norms of the last round."""
-        norms = state.extra.get("update_norms")
+        norms = state.update_norms
         if norms is None:
             return {}
         return {
@@ -91,8 +113,8 @@ class CFL(Strategy):
         }
 
     def split(
-        self, state: ServerState, round: int, updates: Sequence[ClientUpdate]
-    ) -> ServerState:
+        self, state: CFLState, round: int, updates: Sequence[ClientUpdate]
+    ) -> CFLState:
         """Bipartition every cluster that meets the criteria this round."""
         groups: dict[ClusterId, list[ClientUpdate]] = {}
         for update in sorted(updates, key=lambda u: u.client):
@@ -102,9 +124,7 @@ class CFL(Strategy):
         models = dict(state.models)
         assignment = dict(state.assignment)
         norms: dict[ClusterId, tuple[float, float]] = {}
-        next_cluster = max(
-            int(state.extra.get("next_cluster", 0)), max(state.models) + 1
-        )
+        next_cluster = max(state.next_cluster, max(state.models) + 1)
         for cluster in sorted(groups):
             members = groups[cluster]
             deltas = [u.delta for u in members if u.delta is not None]
@@ -131,11 +151,8 @@ class CFL(Strategy):
         return state.replace(
             models=models,
             assignment=assignment,
-            extra={
-                **state.extra,
-                "next_cluster": next_cluster,
-                "update_norms": norms,
-            },
+            next_cluster=next_cluster,
+            update_norms=norms,
         )
 
 

@@ -49,6 +49,7 @@ import math
 import warnings
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -66,7 +67,27 @@ from .distances import check_metric, pairwise_distances
 GLOBAL_MODEL = ClusterId(2**31 - 1)
 
 
-class DCFL(Strategy):
+@dataclass(frozen=True)
+class DCFLState(ServerState):
+    """Cluster models and assignment, plus what DCFL's steps remember.
+
+    Attributes:
+        pending: clients that joined late and wait for their first update
+            (trained from W_G) to be placed; they have no cluster yet.
+        next_cluster: the lowest id re-clustering may give a new cluster (ids
+            are never reused).
+        dunn_index: the last round's Dunn index (NaN when undefined, +∞ when
+            unbounded); None before any round.
+        reclustered: whether the last round re-clustered.
+    """
+
+    pending: frozenset[ClientId] = frozenset()
+    next_cluster: int = 1
+    dunn_index: float | None = None
+    reclustered: bool = False
+
+
+class DCFL(Strategy[DCFLState]):
     """Dynamic clustering of clients by the distances of their updates.
 
     Args:
@@ -83,6 +104,7 @@ class DCFL(Strategy):
     """
 
     name = "dcfl"
+    state_type = DCFLState
 
     def __init__(
         self,
@@ -112,73 +134,75 @@ class DCFL(Strategy):
 
     # -- membership -----------------------------------------------------------
 
-    def init_state(self, initial: np.ndarray, rng: np.random.Generator) -> ServerState:
-        state = super().init_state(initial, rng)
-        return state.replace(extra={"pending": frozenset(), "next_cluster": 1})
-
-    def on_join(self, state: ServerState, client: ClientInfo) -> ServerState:
+    def on_join(self, state: DCFLState, client: ClientInfo) -> DCFLState:
         """Clients present from the start join cluster 0; later ones wait for
         their first update, trained from W_G, to be placed (Eq. 6)."""
-        pending = _pending(state) - {client.id}
+        pending = state.pending - {client.id}
         if client.joined_round > 0:
             assignment = {k: v for k, v in state.assignment.items() if k != client.id}
-            return state.replace(
-                assignment=assignment,
-                extra={**state.extra, "pending": pending | {client.id}},
-            )
+            return state.replace(assignment=assignment, pending=pending | {client.id})
         state = super().on_join(state, client)
-        return state.replace(extra={**state.extra, "pending": pending})
+        return state.replace(pending=pending)
 
-    def on_leave(self, state: ServerState, client: ClientId) -> ServerState:
+    def on_leave(self, state: DCFLState, client: ClientId) -> DCFLState:
         state = super().on_leave(state, client)
         return state.replace(
             models=_drop_empty(state.models, state.assignment),
-            extra={**state.extra, "pending": _pending(state) - {client}},
+            pending=state.pending - {client},
         )
 
     def model_for(
-        self, state: ServerState, client: ClientId
+        self, state: DCFLState, client: ClientId
     ) -> tuple[ClusterId, np.ndarray]:
         """A placed client's cluster model; W_G for a newcomer not yet placed."""
-        if client not in state.assignment and client in _pending(state):
+        if client not in state.assignment and client in state.pending:
             return GLOBAL_MODEL, global_model(state.models)
         return super().model_for(state, client)
 
-    def diagnostics(self, state: ServerState) -> dict[str, Any]:
+    def diagnostics(self, state: DCFLState) -> dict[str, Any]:
         """The last Dunn index (None when infinite or undefined) and whether
         the last round re-clustered."""
-        if "dunn_index" not in state.extra:
+        if state.dunn_index is None:
             return {}
-        index = float(state.extra["dunn_index"])
+        index = float(state.dunn_index)
         return {
             "dunn_index": index if math.isfinite(index) else None,
-            "reclustered": bool(state.extra.get("reclustered", False)),
+            "reclustered": bool(state.reclustered),
         }
 
     # -- the round ------------------------------------------------------------
 
     def aggregate(
-        self, state: ServerState, round: int, updates: Sequence[ClientUpdate]
-    ) -> ServerState:
+        self,
+        state: DCFLState,
+        round: int,
+        updates: Sequence[ClientUpdate],
+        rng: np.random.Generator,
+    ) -> DCFLState:
         usable = [
             u
             for u in sorted(updates, key=lambda u: u.client)
             if u.ok and u.base is not None and u.delta is not None
         ]
         members = [u for u in usable if u.client in state.assignment]
-        pending = _pending(state)
-        newcomers = [u for u in usable if u.client in pending]
+        newcomers = [u for u in usable if u.client in state.pending]
         if members:
-            state = self.recluster_if_needed(state, members)
+            state = self.recluster_if_needed(state, members, rng)
         if newcomers:
             state = self.place_newcomers(state, newcomers)
         return state
 
     def recluster_if_needed(
-        self, state: ServerState, members: Sequence[ClientUpdate]
-    ) -> ServerState:
+        self,
+        state: DCFLState,
+        members: Sequence[ClientUpdate],
+        rng: np.random.Generator,
+    ) -> DCFLState:
         """Update the cluster models, then re-cluster when the Dunn index says so
-        (Algorithm 1, lines 12–26). `members` are ok updates of placed clients."""
+        (Algorithm 1, lines 12–26). `members` are ok updates of placed clients.
+
+        Draws one seed for affinity propagation from `rng` when it re-clusters.
+        """
         old = [state.assignment[u.client] for u in members]
         models = dict(state.models)
         models.update(self._cluster_means(members, old))
@@ -189,18 +213,18 @@ class DCFL(Strategy):
             self.distance,
         )
         index = dunn_index(dist, np.asarray(old))
-        extra = {**state.extra, "dunn_index": index, "reclustered": False}
+        state = state.replace(dunn_index=index, reclustered=False)
         if index >= 1:
-            return state.replace(models=models, extra=extra)
+            return state.replace(models=models)
         labels = affinity_clusters(
             dist,
             damping=self.damping,
             preference=self.preference,
             max_iter=self.max_iter,
-            random_state=int(state.rng.integers(2**31 - 1)),
+            random_state=int(rng.integers(2**31 - 1)),
         )
         if labels is None:  # no convergence: keep the clustering this round
-            return state.replace(models=models, extra=extra)
+            return state.replace(models=models)
         ids, next_cluster = match_ids(old, labels, _next_cluster(state))
         assignment = dict(state.assignment)
         assignment.update({u.client: c for u, c in zip(members, ids, strict=True)})
@@ -208,12 +232,13 @@ class DCFL(Strategy):
         return state.replace(
             models=_drop_empty(models, assignment),
             assignment=assignment,
-            extra={**extra, "reclustered": True, "next_cluster": next_cluster},
+            reclustered=True,
+            next_cluster=next_cluster,
         )
 
     def place_newcomers(
-        self, state: ServerState, newcomers: Sequence[ClientUpdate]
-    ) -> ServerState:
+        self, state: DCFLState, newcomers: Sequence[ClientUpdate]
+    ) -> DCFLState:
         """Put each newcomer in the cluster nearest to its first update (Eq. 6)."""
         ids = sorted(state.models)
         targets = [state.models[c] for c in ids]
@@ -223,7 +248,7 @@ class DCFL(Strategy):
         }
         return state.replace(
             assignment={**state.assignment, **placed},
-            extra={**state.extra, "pending": _pending(state) - set(placed)},
+            pending=state.pending - set(placed),
         )
 
     def _cluster_means(
@@ -368,12 +393,8 @@ def _arrays(update: ClientUpdate) -> tuple[np.ndarray, np.ndarray]:
     return update.base, update.delta
 
 
-def _pending(state: ServerState) -> frozenset[ClientId]:
-    return frozenset(state.extra.get("pending", frozenset()))
-
-
-def _next_cluster(state: ServerState) -> int:
-    return max(int(state.extra.get("next_cluster", 0)), max(state.models) + 1)
+def _next_cluster(state: DCFLState) -> int:
+    return max(state.next_cluster, max(state.models) + 1)
 
 
 def _drop_empty(

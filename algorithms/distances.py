@@ -101,7 +101,7 @@ def cosine_similarities(deltas: np.ndarray) -> np.ndarray:
         gram += block @ block.T
     norms = np.sqrt(np.maximum(np.diag(gram), 0.0))
     scale = np.outer(norms, norms)
-    cos = np.divide(gram, scale, out=np.zeros_like(gram), where=scale > 0)
+    cos: np.ndarray = np.divide(gram, scale, out=np.zeros_like(gram), where=scale > 0)
     cos = np.clip((cos + cos.T) / 2, -1.0, 1.0)
     np.fill_diagonal(cos, 1.0)
     return cos

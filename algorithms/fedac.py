@@ -45,7 +45,8 @@ Decisions where the paper is loose (DESIGN §5):
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 from sklearn.metrics.pairwise import cosine_similarity
@@ -53,11 +54,26 @@ from sklearn.metrics.pairwise import cosine_similarity
 from clusterfed.types import ClientId, ClusterId
 
 from ._aggregate import average_per_cluster, weighted_mean
-from .base import ClientInfo, ClientUpdate, ServerState, Strategy, TaskPlan
+from .base import ClientInfo, ClientUpdate, S, ServerState, Strategy, TaskPlan
 from .fedavg import sample_clients
 
 
-class FedAC(Strategy):
+@dataclass(frozen=True)
+class FedACState(ServerState):
+    """Cluster models and assignment, plus what the split trigger needs.
+
+    Attributes:
+        losses: each cluster's mean client loss of its latest round with
+            updates (the previous loss of the next Δloss).
+        scans: clusters whose trigger fired on a partial round: every member
+            trains next round (FedAC's scan).
+    """
+
+    losses: Mapping[ClusterId, float] = field(default_factory=dict)
+    scans: frozenset[ClusterId] = frozenset()
+
+
+class FedAC(Strategy[FedACState]):
     """Federated Adaptive Cluster: recursive bipartition of converged clusters.
 
     Args:
@@ -72,6 +88,7 @@ class FedAC(Strategy):
     """
 
     name = "fedac"
+    state_type = FedACState
 
     def __init__(
         self,
@@ -96,15 +113,19 @@ class FedAC(Strategy):
 
     # -- hooks ----------------------------------------------------------------
 
-    def on_join(self, state: ServerState, client: ClientInfo) -> ServerState:
+    def on_join(self, state: FedACState, client: ClientInfo) -> FedACState:
         assignment = {**state.assignment, client.id: state.largest_cluster()}
         return state.replace(assignment=assignment)
 
     def plan_round(
-        self, state: ServerState, round: int, clients: Sequence[ClientInfo]
+        self,
+        state: FedACState,
+        round: int,
+        clients: Sequence[ClientInfo],
+        rng: np.random.Generator,
     ) -> list[TaskPlan]:
         """Each cluster samples its clients; a cluster being scanned sends all."""
-        scans = _scans(state)
+        scans = state.scans
         by_cluster: dict[ClusterId, list[ClientInfo]] = {}
         for c in clients:
             by_cluster.setdefault(state.assignment[c.id], []).append(c)
@@ -114,14 +135,18 @@ class FedAC(Strategy):
             chosen = (
                 members
                 if cluster in scans
-                else sample_clients(state, members, self.fraction)
+                else sample_clients(members, self.fraction, rng)
             )
             plans.extend(self.plan_for(state, c.id) for c in chosen)
         return sorted(plans, key=lambda p: p.client)
 
     def aggregate(
-        self, state: ServerState, round: int, updates: Sequence[ClientUpdate]
-    ) -> ServerState:
+        self,
+        state: FedACState,
+        round: int,
+        updates: Sequence[ClientUpdate],
+        rng: np.random.Generator,
+    ) -> FedACState:
         """FedAvg per cluster, then split the clusters whose trigger fires."""
         ok = sorted(
             (
@@ -135,8 +160,8 @@ class FedAC(Strategy):
             key=lambda u: u.client,
         )
         state = state.replace(models=average_per_cluster(state.models, ok))
-        scans = _scans(state)
-        losses: dict[ClusterId, float] = dict(state.extra.get("losses", {}))
+        scans = state.scans
+        losses: dict[ClusterId, float] = dict(state.losses)
         rescan: set[ClusterId] = set()
         for cluster in sorted({u.cluster for u in ok}):
             group = [u for u in ok if u.cluster == cluster]
@@ -160,9 +185,7 @@ class FedAC(Strategy):
                 losses[cluster] = loss
             if split:
                 state, losses = split_cluster(state, cluster, group, losses)
-        return state.replace(
-            extra={**state.extra, "losses": losses, "scans": frozenset(rescan)}
-        )
+        return state.replace(losses=losses, scans=frozenset(rescan))
 
     def wants_scan(
         self, members: Sequence[ClientId], trained: Sequence[ClientId]
@@ -195,9 +218,9 @@ class FedACP(FedAC):
 
 def cosines_to_update(updates: Sequence[ClientUpdate]) -> np.ndarray:
     """Cosine of each client's delta with the sample-weighted mean delta."""
-    deltas = np.stack([u.delta for u in updates]).astype(np.float64)  # type: ignore[misc]
+    deltas = np.stack([_delta(u) for u in updates]).astype(np.float64)
     mean = weighted_mean(list(deltas), [u.n_samples for u in updates])
-    return cosine_similarity(deltas, mean[None, :])[:, 0]
+    return np.asarray(cosine_similarity(deltas, mean[None, :])[:, 0])
 
 
 def updates_diverge(updates: Sequence[ClientUpdate], *, beta: float) -> bool:
@@ -249,18 +272,18 @@ def bipartition(deltas: Sequence[np.ndarray]) -> tuple[list[int], list[int]]:
 
 
 def split_cluster(
-    state: ServerState,
+    state: S,
     cluster: ClusterId,
     updates: Sequence[ClientUpdate],
     losses: dict[ClusterId, float],
-) -> tuple[ServerState, dict[ClusterId, float]]:
+) -> tuple[S, dict[ClusterId, float]]:
     """Bipartition `cluster` by its clients' deltas into itself and a new id.
 
     The larger child keeps the id and every member without an update; both
     children start from the cluster's current model and remember their own
     group's mean loss as their previous one.
     """
-    left, right = bipartition([u.delta for u in updates])  # type: ignore[misc]
+    left, right = bipartition([_delta(u) for u in updates])
     groups = [[updates[i] for i in left], [updates[i] for i in right]]
     groups.sort(key=lambda g: (-len(g), min(u.client for u in g)))
     kept, moved = groups
@@ -283,6 +306,8 @@ def mean_loss(updates: Sequence[ClientUpdate]) -> float | None:
     return float(np.mean(reported)) if reported else None
 
 
-def _scans(state: ServerState) -> frozenset[ClusterId]:
-    scans: frozenset[ClusterId] = state.extra.get("scans", frozenset())
-    return scans
+def _delta(update: ClientUpdate) -> np.ndarray:
+    """The delta of an update that carries one."""
+    if update.delta is None:
+        raise ValueError(f"the update of client {update.client} carries no delta")
+    return update.delta

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from ._aggregate import average_per_cluster
 from .base import ClientInfo, ClientUpdate, ServerState, Strategy, TaskPlan
 
 
-class FedAvg(Strategy):
+class FedAvg(Strategy[ServerState]):
     """One global model; a fraction `fraction` of clients trains each round.
 
     Args:
@@ -22,6 +24,7 @@ class FedAvg(Strategy):
     """
 
     name = "fedavg"
+    state_type = ServerState
 
     def __init__(self, *, fraction: float = 1.0, server_lr: float = 1.0) -> None:
         if not 0 < fraction <= 1:
@@ -32,24 +35,36 @@ class FedAvg(Strategy):
         self.server_lr = server_lr
 
     def plan_round(
-        self, state: ServerState, round: int, clients: Sequence[ClientInfo]
+        self,
+        state: ServerState,
+        round: int,
+        clients: Sequence[ClientInfo],
+        rng: np.random.Generator,
     ) -> list[TaskPlan]:
-        chosen = sample_clients(state, clients, self.fraction)
+        chosen = sample_clients(clients, self.fraction, rng)
         return [self.plan_for(state, c.id) for c in chosen]
 
     def aggregate(
-        self, state: ServerState, round: int, updates: Sequence[ClientUpdate]
+        self,
+        state: ServerState,
+        round: int,
+        updates: Sequence[ClientUpdate],
+        rng: np.random.Generator,
     ) -> ServerState:
         models = average_per_cluster(state.models, updates, server_lr=self.server_lr)
         return state.replace(models=models)
 
 
 def sample_clients(
-    state: ServerState, clients: Sequence[ClientInfo], fraction: float
+    clients: Sequence[ClientInfo], fraction: float, rng: np.random.Generator
 ) -> list[ClientInfo]:
-    """A seeded sample of max(1, round(fraction·n)) clients, in id order."""
+    """A seeded sample of max(1, round(fraction·n)) clients, in id order.
+
+    Draws from `rng` only when there is a choice to make (fraction < 1 and
+    more than one client).
+    """
     if fraction >= 1 or len(clients) <= 1:
         return list(clients)
     k = max(1, round(fraction * len(clients)))
-    picked = state.rng.choice(len(clients), size=k, replace=False)
+    picked = rng.choice(len(clients), size=k, replace=False)
     return [clients[i] for i in sorted(picked)]

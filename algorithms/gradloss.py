@@ -29,7 +29,8 @@ Where the paper is loose, clusterfed decides:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -45,7 +46,7 @@ from .base import (
     ServerState,
     TaskPlan,
 )
-from .ifca import IFCA
+from .ifca import IFCALoop
 
 
 class GradLossIdentity(IdentityPolicy):
@@ -80,7 +81,22 @@ def descent_similarity(gradient: np.ndarray, last_update: np.ndarray | None) -> 
     return float(g @ u / norms) if norms > 0 else 0.0
 
 
-class GradLoss(IFCA):
+@dataclass(frozen=True)
+class GradLossState(ServerState):
+    """IFCA's state plus what the next round's plan needs.
+
+    Attributes:
+        last_updates: each cluster's last change Δw_k, for the clusters some
+            client chose in the last round.
+        seeds: the repair draw: client → the empty cluster it alone trains
+            next round.
+    """
+
+    last_updates: Mapping[ClusterId, np.ndarray] = field(default_factory=dict)
+    seeds: Mapping[ClientId, ClusterId] = field(default_factory=dict)
+
+
+class GradLoss(IFCALoop[GradLossState]):
     """IFCA's loop with the joint gradient–loss identity and cluster repair.
 
     Args:
@@ -90,6 +106,7 @@ class GradLoss(IFCA):
     """
 
     name = "gradloss"
+    state_type = GradLossState
     identity = GradLossIdentity.name
 
     def __init__(
@@ -103,14 +120,16 @@ class GradLoss(IFCA):
         return {"lam": self.lam}
 
     def plan_round(
-        self, state: ServerState, round: int, clients: Sequence[ClientInfo]
+        self,
+        state: GradLossState,
+        round: int,
+        clients: Sequence[ClientInfo],
+        rng: np.random.Generator,
     ) -> list[TaskPlan]:
         """IFCA's plan plus the last updates; repair seeds get one model only."""
-        last: dict[ClusterId, np.ndarray] = state.extra.get("last_updates", {})
-        seeds: dict[ClientId, ClusterId] = state.extra.get("seeds", {})
         plans = []
-        for plan in super().plan_round(state, round, clients):
-            cluster = seeds.get(plan.client)
+        for plan in super().plan_round(state, round, clients, rng):
+            cluster = state.seeds.get(plan.client)
             if cluster is not None and cluster in state.models:
                 plans.append(TaskPlan(plan.client, {cluster: state.models[cluster]}))
             else:
@@ -120,39 +139,39 @@ class GradLoss(IFCA):
                         plan.models,
                         identity=plan.identity,
                         identity_params=plan.identity_params,
-                        last_updates=last,
+                        last_updates=state.last_updates,
                     )
                 )
         return plans
 
     def aggregate(
-        self, state: ServerState, round: int, updates: Sequence[ClientUpdate]
-    ) -> ServerState:
-        new = super().aggregate(state, round, updates)
+        self,
+        state: GradLossState,
+        round: int,
+        updates: Sequence[ClientUpdate],
+        rng: np.random.Generator,
+    ) -> GradLossState:
+        new = super().aggregate(state, round, updates, rng)
         chosen = {u.cluster for u in updates if u.ok}
         last = {
             k: (new.models[k].astype(np.float64) - state.models[k]).astype(np.float32)
             for k in chosen
             if k in state.models
         }
-        return new.replace(
-            extra={
-                **new.extra,
-                "last_updates": last,
-                "seeds": repair_seeds(new, chosen),
-            }
-        )
+        return new.replace(last_updates=last, seeds=repair_seeds(new, chosen, rng))
 
 
 def repair_seeds(
-    state: ServerState, chosen: set[ClusterId]
+    state: ServerState, chosen: set[ClusterId], rng: np.random.Generator
 ) -> dict[ClientId, ClusterId]:
-    """One random client for every cluster that no client chose (Sec. II-C)."""
+    """One random client for every cluster that no client chose (Sec. II-C).
+
+    Draws from `rng` only when some cluster is empty, some was chosen and
+    some client is there.
+    """
     empty = [k for k in sorted(state.models) if k not in chosen]
     clients = sorted(state.assignment)
     if not empty or not clients or not chosen:
         return {}
-    picked = state.rng.choice(
-        len(clients), size=min(len(empty), len(clients)), replace=False
-    )
+    picked = rng.choice(len(clients), size=min(len(empty), len(clients)), replace=False)
     return {clients[int(i)]: k for i, k in zip(picked, empty, strict=False)}

@@ -26,6 +26,7 @@ from .base import (
     ClientProbe,
     ClientUpdate,
     IdentityPolicy,
+    S,
     ServerState,
     Strategy,
     TaskPlan,
@@ -46,15 +47,17 @@ class MinLoss(IdentityPolicy):
         return candidates[int(np.argmin(losses))].cluster
 
 
-class IFCA(Strategy):
-    """Iterative federated clustering: the clients choose, the server averages.
+class IFCALoop(Strategy[S]):
+    """IFCA's round for any state type: the clients choose, the server averages.
+
+    `IFCA` runs it on the plain `ServerState`; variants that remember more
+    (`GradLoss`) run it on their own state. No `name`: not registered.
 
     Args:
         clusters: K, the number of cluster models (≥ 1).
         fraction: share of clients sampled each round; at least one.
     """
 
-    name = "ifca"
     identity: ClassVar[str] = MinLoss.name
 
     def __init__(self, *, clusters: int = 4, fraction: float = 1.0) -> None:
@@ -69,20 +72,22 @@ class IFCA(Strategy):
     def initial_models(self) -> int:
         return self.clusters
 
-    def with_initial_models(
-        self, state: ServerState, models: Sequence[np.ndarray]
-    ) -> ServerState:
-        if len(models) != self.clusters:
-            raise ValueError(
-                f"{self.name} needs {self.clusters} initial models, got {len(models)}"
-            )
-        return state.replace(models={ClusterId(k): m for k, m in enumerate(models)})
+    def init_state(self, models: Sequence[np.ndarray]) -> S:
+        """K clusters, cluster k starting from `models[k]`."""
+        self._check_initial_models(models)
+        return self.state_type(
+            models={ClusterId(k): m for k, m in enumerate(models)}, assignment={}
+        )
 
     def identity_params(self) -> dict[str, Any]:
         return {}
 
     def plan_round(
-        self, state: ServerState, round: int, clients: Sequence[ClientInfo]
+        self,
+        state: S,
+        round: int,
+        clients: Sequence[ClientInfo],
+        rng: np.random.Generator,
     ) -> list[TaskPlan]:
         """Every sampled client gets every cluster model and picks one itself."""
         return [
@@ -92,15 +97,31 @@ class IFCA(Strategy):
                 identity=self.identity,
                 identity_params=self.identity_params(),
             )
-            for c in sample_clients(state, clients, self.fraction)
+            for c in sample_clients(clients, self.fraction, rng)
         ]
 
     def aggregate(
-        self, state: ServerState, round: int, updates: Sequence[ClientUpdate]
-    ) -> ServerState:
+        self,
+        state: S,
+        round: int,
+        updates: Sequence[ClientUpdate],
+        rng: np.random.Generator,
+    ) -> S:
         """Average per reported identity; each reporting client is now there."""
         ok = [u for u in updates if u.ok and u.client in state.assignment]
         assignment: dict[ClientId, ClusterId] = dict(state.assignment)
         assignment.update({u.client: u.cluster for u in ok})
         models = average_per_cluster(state.models, ok)
         return state.replace(models=models, assignment=assignment)
+
+
+class IFCA(IFCALoop[ServerState]):
+    """Iterative federated clustering: the clients choose, the server averages.
+
+    Args:
+        clusters: K, the number of cluster models (≥ 1).
+        fraction: share of clients sampled each round; at least one.
+    """
+
+    name = "ifca"
+    state_type = ServerState

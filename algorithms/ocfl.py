@@ -38,6 +38,7 @@ Decisions where the paper is loose (DESIGN §5):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -55,7 +56,27 @@ METRICS = ("euclidean", "cosine", "manhattan")
 NOISE = -1  # scikit-learn's label for points in no cluster
 
 
-class OCFL(Strategy):
+@dataclass(frozen=True)
+class OCFLState(ServerState):
+    """Cluster models and assignment, plus what the clustering round leaves.
+
+    Attributes:
+        initial: the common initial model; the clustering round and pending
+            clients train from it.
+        clustered: whether the clustering round has happened.
+        pending: clients without a place yet (no accepted update in the
+            clustering round, or joined after it).
+        anchors: the clustering-time centre of every cluster, where pending
+            clients are placed.
+    """
+
+    initial: np.ndarray
+    clustered: bool = False
+    pending: frozenset[ClientId] = frozenset()
+    anchors: Mapping[ClusterId, np.ndarray] = field(default_factory=dict)
+
+
+class OCFL(Strategy[OCFLState]):
     """One OPTICS clustering of the clients' models, then FedAvg per cluster.
 
     Args:
@@ -76,6 +97,7 @@ class OCFL(Strategy):
     """
 
     name = "ocfl"
+    state_type = OCFLState
 
     def __init__(
         self,
@@ -114,38 +136,40 @@ class OCFL(Strategy):
 
     # -- hooks ----------------------------------------------------------------
 
-    def init_state(self, initial: np.ndarray, rng: np.random.Generator) -> ServerState:
+    def init_state(self, models: Sequence[np.ndarray]) -> OCFLState:
         # The common start is kept: pending clients train from it later.
-        state = super().init_state(initial, rng)
-        return state.replace(extra={"initial": initial, "clustered": False})
-
-    def on_join(self, state: ServerState, client: ClientInfo) -> ServerState:
-        assignment = {**state.assignment, client.id: state.largest_cluster()}
-        if not state.extra.get("clustered"):
-            return state.replace(assignment=assignment)
-        pending = _pending(state) | {client.id}
-        return state.replace(
-            assignment=assignment, extra={**state.extra, "pending": pending}
+        self._check_initial_models(models)
+        return self.state_type(
+            models={ClusterId(0): models[0]}, assignment={}, initial=models[0]
         )
 
-    def on_leave(self, state: ServerState, client: ClientId) -> ServerState:
+    def on_join(self, state: OCFLState, client: ClientInfo) -> OCFLState:
+        assignment = {**state.assignment, client.id: state.largest_cluster()}
+        if not state.clustered:
+            return state.replace(assignment=assignment)
+        return state.replace(assignment=assignment, pending=state.pending | {client.id})
+
+    def on_leave(self, state: OCFLState, client: ClientId) -> OCFLState:
         state = super().on_leave(state, client)
-        pending = _pending(state) - {client}
-        return state.replace(extra={**state.extra, "pending": pending})
+        return state.replace(pending=state.pending - {client})
 
     def plan_round(
-        self, state: ServerState, round: int, clients: Sequence[ClientInfo]
+        self,
+        state: OCFLState,
+        round: int,
+        clients: Sequence[ClientInfo],
+        rng: np.random.Generator,
     ) -> list[TaskPlan]:
         """The clustering round until it has happened, then FedAvg per cluster."""
         overrides = {"epochs": self.cluster_epochs}
-        initial: np.ndarray = state.extra["initial"]
-        if not state.extra.get("clustered"):
+        initial = state.initial
+        if not state.clustered:
             # Every client trains the same common model: the clustering round.
             return [
                 TaskPlan(c.id, {state.assignment[c.id]: initial}, overrides)
                 for c in clients
             ]
-        pending = _pending(state)
+        pending = state.pending
         plans = [
             TaskPlan(c.id, {state.assignment[c.id]: initial}, overrides)
             for c in clients
@@ -156,13 +180,17 @@ class OCFL(Strategy):
             if c.id not in pending:
                 by_cluster.setdefault(state.assignment[c.id], []).append(c)
         for cluster in sorted(by_cluster):
-            chosen = sample_clients(state, by_cluster[cluster], self.fraction)
+            chosen = sample_clients(by_cluster[cluster], self.fraction, rng)
             plans.extend(self.plan_for(state, c.id) for c in chosen)
         return sorted(plans, key=lambda p: p.client)
 
     def aggregate(
-        self, state: ServerState, round: int, updates: Sequence[ClientUpdate]
-    ) -> ServerState:
+        self,
+        state: OCFLState,
+        round: int,
+        updates: Sequence[ClientUpdate],
+        rng: np.random.Generator,
+    ) -> OCFLState:
         # Only accepted updates of clients still here count.
         ok = [
             u
@@ -172,11 +200,11 @@ class OCFL(Strategy):
             and u.base is not None
             and u.client in state.assignment
         ]
-        if not state.extra.get("clustered"):
+        if not state.clustered:
             # A client with no samples says nothing about its distribution.
             usable = [u for u in ok if u.n_samples > 0]
             return self.clustering_round(state, usable) if usable else state
-        pending = _pending(state)
+        pending = state.pending
         models = average_per_cluster(
             state.models, [u for u in ok if u.client not in pending]
         )
@@ -186,8 +214,8 @@ class OCFL(Strategy):
     # -- the steps of a round -------------------------------------------------
 
     def clustering_round(
-        self, state: ServerState, updates: Sequence[ClientUpdate]
-    ) -> ServerState:
+        self, state: OCFLState, updates: Sequence[ClientUpdate]
+    ) -> OCFLState:
         """Cluster the end models of the clustering round; build the clusters."""
         updates = sorted(updates, key=lambda u: u.client)
         points = np.stack([end_model(u) for u in updates])
@@ -210,30 +238,25 @@ class OCFL(Strategy):
         assignment.update({client: fallback for client in waiting})
         return state.replace(
             assignment=assignment,
-            extra={
-                **state.extra,
-                "clustered": True,
-                "pending": waiting,
-                "anchors": dict(models),  # centres in the clustered space
-            },
+            clustered=True,
+            pending=waiting,
+            anchors=dict(models),  # centres in the clustered space
         )
 
     def place_pending(
-        self, state: ServerState, updates: Sequence[ClientUpdate]
-    ) -> ServerState:
+        self, state: OCFLState, updates: Sequence[ClientUpdate]
+    ) -> OCFLState:
         """Pending clients with an end model join the nearest clustering centre."""
         if not updates:
             return state
-        anchors: Mapping[ClusterId, np.ndarray] = state.extra["anchors"]
+        anchors = state.anchors
         assignment = dict(state.assignment)
         for update in sorted(updates, key=lambda u: u.client):
             assignment[update.client] = nearest_cluster(
                 end_model(update), anchors, self.metric
             )
-        pending = _pending(state) - {u.client for u in updates}
-        return state.replace(
-            assignment=assignment, extra={**state.extra, "pending": pending}
-        )
+        pending = state.pending - {u.client for u in updates}
+        return state.replace(assignment=assignment, pending=pending)
 
 
 # -- named steps, testable alone ----------------------------------------------
@@ -249,7 +272,7 @@ def cluster_models(
     if len(points) < min_samples:
         return np.full(len(points), NOISE, dtype=np.int64)
     optics = OPTICS(min_samples=min_samples, xi=xi, metric=metric)
-    return optics.fit_predict(points.astype(np.float64)).astype(np.int64)
+    return np.asarray(optics.fit_predict(points.astype(np.float64)), dtype=np.int64)
 
 
 def assign_noise(
@@ -336,9 +359,7 @@ def renumber(labels: np.ndarray) -> np.ndarray:
 
 def end_model(update: ClientUpdate) -> np.ndarray:
     """Where a client's training ended: B = base + delta."""
-    return update.base + update.delta  # type: ignore[operator]
-
-
-def _pending(state: ServerState) -> frozenset[ClientId]:
-    pending: frozenset[ClientId] = state.extra.get("pending", frozenset())
-    return pending
+    if update.base is None or update.delta is None:
+        raise ValueError(f"the update of client {update.client} carries no model")
+    end: np.ndarray = update.base + update.delta
+    return end

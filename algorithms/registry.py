@@ -17,12 +17,13 @@ from clusterfed.errors import ConfigError
 
 from .base import IdentityPolicy, Strategy
 
-T = TypeVar("T", Strategy, IdentityPolicy)
+T = TypeVar("T", Strategy[Any], IdentityPolicy)
 
 
 @cache
-def algorithms() -> dict[str, type[Strategy]]:
+def algorithms() -> dict[str, type[Strategy[Any]]]:
     """Name → strategy class, for every algorithm module in this package."""
+    # mypy takes no abstract class for type[T]; only concrete ones come back.
     return _named_subclasses(Strategy)  # type: ignore[type-abstract]
 
 
@@ -74,7 +75,7 @@ def parameters(name: str) -> dict[str, Any]:
     }
 
 
-def make(name: str, **params: Any) -> Strategy:
+def make(name: str, **params: Any) -> Strategy[Any]:
     """A new strategy `name` with `params`.
 
     Raises:
@@ -93,7 +94,7 @@ def make(name: str, **params: Any) -> Strategy:
         raise ConfigError(f"{name}: {exc}") from exc
 
 
-def _lookup(name: str) -> type[Strategy]:
+def _lookup(name: str) -> type[Strategy[Any]]:
     known = algorithms()
     if name not in known:
         raise ConfigError(f"unknown algorithm {name!r}; known: {', '.join(known)}")

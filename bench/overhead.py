@@ -39,7 +39,7 @@ def plain_fedavg(rounds: int) -> tuple[float, list[float]]:
         (data.x[c.train], data.y[c.train], data.x[c.test], data.y[c.test], c.seed)
         for c in plan.clients
     ]
-    weights = plan.server.initial.copy()
+    weights = plan.initial.copy()
     accs: list[float] = []
     for rnd in range(rounds):
         total = np.zeros_like(weights, dtype=np.float64)

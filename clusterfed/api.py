@@ -5,38 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from tqdm.auto import tqdm
-
-from clusterfed.actors import ClientSpec, LocalRuntime, RoundOutcome, ServerSpec
+from clusterfed.actors.runtimes import Runtime, local_runtime
 from clusterfed.errors import ConfigError
-from clusterfed.scenarios import (
-    Scenario,
-    ScenarioEngine,
-    ScenarioRuntime,
-    load_scenario,
-    plan_run,
-    validate,
-    with_overrides,
-)
+from clusterfed.scenarios import Scenario, load_scenario, validate, with_overrides
 
-from .checkpoint import Checkpoint, read_checkpoint, write_checkpoint
-from .results import RunRecorder, cbcc_scores, mean_std
+from .checkpoint import Checkpoint, read_checkpoint
+from .federation import Federation, OnRound, RunResult, canonical, drive
 
 RUNTIMES = ("local", "ray")
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """Where a run wrote its results, its summary, and its per-round rows."""
-
-    out: Path
-    summary: dict[str, Any]
-    rows: list[dict[str, Any]]
 
 
 def run(
@@ -54,6 +34,7 @@ def run(
     clients_per_host: int | None = None,
     progress: bool = False,
     checkpoint_every: int | None = None,
+    on_round: OnRound | None = None,
 ) -> RunResult:
     """Run `scenario` and write its results folder.
 
@@ -71,6 +52,8 @@ def run(
         progress: show a progress bar per round.
         checkpoint_every: write a checkpoint into the results folder after
             every N-th round, from which `resume` continues a stopped run.
+        on_round: called with each round's row (as rounds.jsonl has it) as
+            soon as the round is recorded.
 
     Raises:
         ScenarioError: the scenario or an override is invalid (nothing has run).
@@ -91,7 +74,14 @@ def run(
         runtime, workers=workers, address=ray_address, clients_per_host=clients_per_host
     )
     return asyncio.run(
-        _run(resolved, folder, host, progress, checkpoint_every=checkpoint_every)
+        _run(
+            resolved,
+            folder,
+            host,
+            progress,
+            checkpoint_every=checkpoint_every,
+            on_round=on_round,
+        )
     )
 
 
@@ -128,7 +118,7 @@ def resume(
     if (folder / "summary.json").exists():
         raise ConfigError(f"{folder}: the run finished (summary.json): nothing to do")
     checkpoint = read_checkpoint(folder)
-    if _canonical(checkpoint.scenario) != _canonical(config.get("scenario")):
+    if canonical(checkpoint.scenario) != canonical(config.get("scenario")):
         raise ConfigError(
             f"{folder}: the checkpoint belongs to another scenario than config.json"
         )
@@ -162,43 +152,16 @@ def make_runtime(
     if not isinstance(runtime, str):
         return runtime
     if runtime == "local":
-        return LocalRuntime(workers=workers)
+        return local_runtime(workers)
     if runtime == "ray":
-        from clusterfed.actors.ray_runtime import RayRuntime
+        from clusterfed.actors.runtimes.ray import RayRuntime
 
         return RayRuntime(address=address, clients_per_host=clients_per_host)
     raise ConfigError(f"unknown runtime {runtime!r}; known: {', '.join(RUNTIMES)}")
 
 
-def _canonical(data: Any) -> str:
-    return json.dumps(data, sort_keys=True)
-
-
 def default_out(scenario: Scenario) -> Path:
     return Path("runs") / f"{scenario.name}-{scenario.algorithm}-seed{scenario.seed}"
-
-
-class Runtime(ScenarioRuntime, Protocol):
-    """What a run needs of a runtime (local and Ray provide it)."""
-
-    name: str
-
-    async def start(
-        self, server: ServerSpec, clients: Sequence[ClientSpec]
-    ) -> None: ...
-
-    async def run_round(self, round: int) -> RoundOutcome: ...
-
-    async def close(self) -> None: ...
-
-    # Checkpoints: the server's state and what clients keep between rounds.
-    async def snapshot(self) -> dict[str, Any]: ...
-
-    async def restore(self, snapshot: Mapping[str, Any]) -> None: ...
-
-    async def client_states(self) -> dict[int, Any]: ...
-
-    async def restore_client_states(self, states: Mapping[int, Any]) -> None: ...
 
 
 async def _run(
@@ -209,105 +172,24 @@ async def _run(
     *,
     checkpoint_every: int | None = None,
     start: Checkpoint | None = None,
+    on_round: OnRound | None = None,
 ) -> RunResult:
-    """Run the rounds of `scenario`, from the first or from checkpoint `start`."""
-    plan = plan_run(scenario)
+    """Run the rounds of `scenario`, from the first or from checkpoint `start`;
+    under Ray the federation runs in a Ray actor and this loop only streams."""
     config = {
         "scenario": scenario.model_dump(mode="json"),
         "seed": scenario.seed,
         "runtime": runtime.name,
         "checkpoint_every": checkpoint_every,
     }
-    engine = ScenarioEngine(plan)
-    first, clients = 0, plan.clients
-    if start is None:
-        recorder = RunRecorder(out, config)
+    options: dict[str, Any] = dict(
+        config=config, checkpoint_every=checkpoint_every, resume=start
+    )
+    federation: Any
+    if runtime.name == "ray":
+        from .remote import RemoteFederation
+
+        federation = RemoteFederation(scenario, runtime, out, **options)  # type: ignore[arg-type]
     else:
-        # The same plan (all from the seed), then the checkpoint's position.
-        engine.restore(start.engine)
-        recorder = RunRecorder(out, config, resume=start.recorder)
-        first, clients = (
-            start.rounds_done,
-            [engine.specs[c] for c in sorted(engine.specs)],
-        )
-    bar = tqdm(
-        total=scenario.rounds,
-        initial=first,
-        desc=scenario.name,
-        disable=not progress,
-        unit="round",
-    )
-    await runtime.start(plan.server, clients)
-    try:
-        if start is not None:
-            await runtime.restore(start.server)
-            await runtime.restore_client_states(start.clients)
-        for round in range(first, scenario.rounds):
-            events = await engine.begin_round(runtime, round, recorder.sim_time)
-            outcome = await runtime.run_round(round)
-            row = recorder.record(outcome, groups=engine.groups, events=events)
-            done = round + 1
-            if (
-                checkpoint_every
-                and done % checkpoint_every == 0
-                and done < scenario.rounds
-            ):
-                await _checkpoint(out, config, runtime, engine, recorder)
-            accs = mean_std(row)
-            bar.set_postfix(
-                round=round,
-                acc=f"{accs[0]:.3f}" if accs else "-",
-                clusters=row["n_clusters"],
-            )
-            bar.update()
-    finally:
-        bar.close()
-        await runtime.close()
-    summary = recorder.finish(
-        algorithm=scenario.algorithm,
-        scenario=scenario.name,
-        extra=_strategy_summary(scenario, engine, recorder.rows),
-    )
-    return RunResult(out, summary, recorder.rows)
-
-
-async def _checkpoint(
-    out: Path,
-    config: Mapping[str, Any],
-    runtime: Runtime,
-    engine: ScenarioEngine,
-    recorder: RunRecorder,
-) -> None:
-    """Write the run's state after its last recorded round (see `checkpoint`)."""
-    write_checkpoint(
-        out,
-        Checkpoint(
-            rounds_done=len(recorder.rows),
-            scenario=config["scenario"],
-            server=await runtime.snapshot(),
-            engine=engine.snapshot(),
-            recorder=recorder.snapshot(),
-            clients=await runtime.client_states(),
-        ),
-    )
-
-
-def _strategy_summary(
-    scenario: Scenario, engine: ScenarioEngine, rows: Sequence[dict[str, Any]]
-) -> dict[str, Any]:
-    """Summary keys scored from the strategy's last diagnostics against the
-    ground truth, which only the scenario knows: `cbcc` for CAFA."""
-    if not rows:
-        return {}
-    iid = scenario.partition.iid_groups()
-    truth = (
-        {
-            cid: engine.partition_groups[cid] in iid
-            for cid in engine.specs
-            if cid in engine.partition_groups
-        }
-        if iid is not None
-        else None
-    )
-    cbcc = cbcc_scores(rows[-1].get("strategy") or {}, truth)
-    return {} if cbcc is None else {"cbcc": cbcc}
+        federation = Federation(scenario, runtime, out, **options)
+    return await drive(federation, progress=progress, on_round=on_round)

@@ -1,13 +1,14 @@
 """Checkpoints: everything a stopped run needs to go on where it stopped.
 
 With `checkpoint_every = N` a run writes `checkpoint.pkl` into its results
-folder after every N-th round: the server's state (cluster models, the
-assignment, the strategy's state and random stream, the client registry, the
-books, the next message id), the scenario engine's position (its timeline,
-the clients' specs and ground-truth groups, who has crashed or straggles, its
-random stream), the results recorder's (simulated time; how much of
-rounds.jsonl is written) and what the clients keep between rounds (each
-client's privacy accountant with local DP, a faulty client's memory). A
+folder after every N-th round, all gathered by `Federation.checkpoint`: the
+server's state (cluster models, the assignment, the strategy's state and
+random stream, the client registry, the books, the next message id) and
+simulated now, the scenario engine's position (its timeline, the clients'
+specs and ground-truth groups, who has crashed or straggles, its random
+stream), the results recorder's (how much of rounds.jsonl is written) and
+what the clients keep between rounds (each client's privacy accountant with
+local DP, a faulty client's memory), from the runtime that hosts them. A
 round's client work depends only on what it receives and on those, so the
 rounds after a resume are the rounds the run would have written.
 
@@ -32,7 +33,7 @@ from typing import Any
 from clusterfed.errors import ConfigError
 
 CHECKPOINT = "checkpoint.pkl"
-FORMAT = 1  # bumped when the layout changes; an older checkpoint is refused
+FORMAT = 2  # bumped when the layout changes; an older checkpoint is refused
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,6 @@ class RunRecorder:
     ) -> None:
         self.out = out
         self.rows: list[Row] = []
-        self.sim_time = 0.0
         self._start = time.perf_counter()
         if resume is not None:
             self._resume(resume)
@@ -70,7 +69,6 @@ class RunRecorder:
                 os.fsync(stream.fileno())
             size = rounds.stat().st_size
         return {
-            "sim_time": self.sim_time,
             "rounds_bytes": size,
             "n_rows": len(self.rows),
             "wall_s": time.perf_counter() - self._start,
@@ -96,7 +94,6 @@ class RunRecorder:
                 f"{rounds}: {len(self.rows)} rounds where the checkpoint has"
                 f" {snapshot['n_rows']}"
             )
-        self.sim_time = float(snapshot["sim_time"])
         self._start = time.perf_counter() - float(snapshot["wall_s"])
 
     def record(
@@ -104,33 +101,17 @@ class RunRecorder:
         outcome: RoundOutcome,
         *,
         groups: Mapping[int, int],
+        sim_time: float,
         events: Sequence[Any] = (),
     ) -> Row:
         """Append the row of one round to rounds.jsonl and return it.
 
         `groups` is the ground-truth group of each client this round (it moves
         with drift); it scores the clustering and is never shown to algorithms.
+        `sim_time` is simulated now at the round's end.
         """
-        self.sim_time += outcome.sim_duration
         clients = [
-            {
-                "id": c.id,
-                "group": groups.get(c.id),
-                "cluster": c.cluster,
-                "acc": c.acc,
-                "loss": c.loss,
-                "late": c.late,
-                "failed": c.failed,
-                "rejected": c.rejected,
-                "trained": c.trained,
-                "train_loss": c.train_loss,
-                "bytes_up": c.bytes_up,
-                "bytes_down": c.bytes_down,
-                "sim_s": c.sim_s,
-                "epsilon": c.epsilon,
-                "reason": c.reason,
-            }
-            for c in sorted(outcome.clients, key=lambda c: c.id)
+            c.row(groups.get(c.id)) for c in sorted(outcome.clients, key=lambda c: c.id)
         ]
         assigned = [
             c for c in clients if c["cluster"] is not None and c["group"] is not None
@@ -139,7 +120,7 @@ class RunRecorder:
         found = [c["cluster"] for c in assigned]
         row: Row = {
             "round": outcome.round,
-            "sim_time": self.sim_time,
+            "sim_time": sim_time,
             "wall_time": time.perf_counter() - self._start,
             "n_clusters": outcome.n_clusters,
             "ari": ari(truth, found),

@@ -16,10 +16,11 @@ from __future__ import annotations
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from clusterfed.actors import ClientSpec, ServerSpec
+from clusterfed.actors import ClientSpec
 from clusterfed.actors.faults import FaultyClientSpec
 from clusterfed.actors.privacy import (
     plan_noise_multiplier,
@@ -27,7 +28,7 @@ from clusterfed.actors.privacy import (
     private_model,
 )
 from clusterfed.actors.spec import PrivacyPlan
-from clusterfed.algorithms import make
+from clusterfed.algorithms import Strategy, make
 from clusterfed.data import ClientSplit, Dataset, Partition, holdout, load_dataset
 from clusterfed.data import partition as partitioners
 from clusterfed.errors import ClusterfedError, ScenarioError
@@ -47,6 +48,7 @@ from .spec import (
 from .transforms import GroupTransforms
 
 # Keys of the independent random streams under the scenario seed.
+STRATEGY_STREAM = 1
 MODEL_STREAM = 2
 PARTITION_STREAM = 3
 CLIENT_STREAM = 4
@@ -64,18 +66,29 @@ class Reserved:
 
 @dataclass
 class RunPlan:
-    """What a run starts from: the server, the first clients, and the rest."""
+    """What a run starts from: the strategy (built once, here), its initial
+    models, the first clients, and the data set aside for the rest."""
 
     scenario: Scenario
     dataset: Dataset
-    server: ServerSpec
+    strategy: Strategy[Any]
+    initial_models: list[np.ndarray]
     clients: list[ClientSpec]
     partition_groups: dict[int, int]
     transform_groups: dict[int, int]
     transforms: GroupTransforms
     reserved: dict[int, deque[Reserved]] = field(default_factory=dict)
-    train_config: TrainConfig | None = None  # as the strategy runs it
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    @property
+    def train_config(self) -> TrainConfig:
+        """The training settings as the strategy runs them."""
+        return self.strategy.train_config(self.scenario.train)
+
+    @property
+    def initial(self) -> np.ndarray:
+        """The run's initial model (the first of `initial_models`)."""
+        return self.initial_models[0]
 
     @property
     def groups(self) -> dict[int, int]:
@@ -128,7 +141,7 @@ class RunPlan:
         dp = self.scenario.dp
         if dp is None:
             return None
-        config = self.train_config or self.scenario.train
+        config = self.train_config
         rounds = max(1, self.scenario.rounds - first_round)
         rate, per_epoch = poisson_steps(n_train, config.batch_size)
         steps = rounds * config.epochs * per_epoch
@@ -197,27 +210,7 @@ def plan_run(scenario: Scenario) -> RunPlan:
         max(partition.groups) + 1,
         numpy_rng(scenario.seed, TRANSFORM_STREAM),
     )
-    server = ServerSpec(
-        algorithm=scenario.algorithm,
-        algorithm_params=scenario.params_of(scenario.algorithm),
-        initial=models[0],
-        more_initial=models[1:],
-        train_config=scenario.train,
-        seed=scenario.seed,
-        deadline=scenario.deadline,
-        task_timeout_s=scenario.task_timeout_s,
-        max_update_norm=scenario.max_update_norm,
-    )
-    plan = RunPlan(
-        scenario,
-        data,
-        server,
-        [],
-        {},
-        {},
-        transforms,
-        train_config=strategy.train_config(scenario.train),
-    )
+    plan = RunPlan(scenario, data, strategy, models, [], {}, {}, transforms)
     for client_id, part in enumerate(initial):
         group = partition.groups[part]
         transform_group = transforms.deal(client_id)

@@ -3,7 +3,8 @@
 The engine owns what the simulation knows and the server must not: every
 client's spec (data, transform, device), its ground-truth group, who has left,
 crashed or dropped out. Before each round it fires the due events through the
-runtime; random choices come from the scenario's event stream. `snapshot` and
+federation's `Membership`; random choices come from the scenario's event
+stream. `snapshot` and
 `restore` carry its position across a checkpoint.
 """
 
@@ -25,8 +26,9 @@ from .timeline import Occurrence, Timeline
 Applied = dict[str, Any]
 
 
-class ScenarioRuntime(Protocol):
-    """What the engine needs from a runtime."""
+class Membership(Protocol):
+    """What the engine changes in a running federation: who takes part, with
+    what spec, and who is reachable this round (the `Federation` does it)."""
 
     async def add_clients(self, specs: Sequence[ClientSpec]) -> None: ...
 
@@ -105,7 +107,7 @@ class ScenarioEngine:
         return {cid: spec.group for cid, spec in self.specs.items()}
 
     async def begin_round(
-        self, runtime: ScenarioRuntime, round: int, sim_time: float
+        self, members: Membership, round: int, sim_time: float
     ) -> list[Applied]:
         """Fire what is due before `round`; return what was applied."""
         applied: list[Applied] = []
@@ -117,11 +119,11 @@ class ScenarioEngine:
             if back <= round and cid in self.specs:
                 del self.straggling[cid]
                 await self._update(
-                    runtime, self.specs[cid].model_copy(update={"slowdown": 1.0})
+                    members, self.specs[cid].model_copy(update={"slowdown": 1.0})
                 )
         dropped: dict[int, str] = {}
         for occurrence in self.timeline.due(round, sim_time):
-            record = await self._apply(runtime, occurrence, round, dropped)
+            record = await self._apply(members, occurrence, round, dropped)
             if record is not None:
                 applied.append(record)
         for cid, spec in sorted(self.specs.items()):
@@ -131,19 +133,19 @@ class ScenarioEngine:
             ):
                 dropped.setdefault(cid, "unavailable this round")
         down = {cid: "crashed" for cid in self.crashed if cid in self.specs}
-        runtime.set_unreachable({**dropped, **down})
+        members.set_unreachable({**dropped, **down})
         return applied
 
     async def _apply(
         self,
-        runtime: ScenarioRuntime,
+        members: Membership,
         occurrence: Occurrence,
         round: int,
         dropped: dict[int, str],
     ) -> Applied | None:
         event = occurrence.event
         if isinstance(event, Join):
-            return await self._join(runtime, occurrence.index, event, round)
+            return await self._join(members, occurrence.index, event, round)
         targets = self._targets(event.target)
         if not targets:
             return {"kind": event.kind, "clients": [], "note": "no client matched"}
@@ -154,7 +156,7 @@ class ScenarioEngine:
                     del self.specs[cid]
                     self.crashed.pop(cid, None)
                     self.straggling.pop(cid, None)
-                    await runtime.remove_client(cid, "scheduled leave")
+                    await members.remove_client(cid, "scheduled leave")
             case Crash(recover_after=after):
                 for cid in targets:
                     self.crashed[cid] = None if after is None else round + after
@@ -162,7 +164,7 @@ class ScenarioEngine:
                 for cid in targets:
                     self.straggling[cid] = round + rounds
                     await self._update(
-                        runtime, self.specs[cid].model_copy(update={"slowdown": factor})
+                        members, self.specs[cid].model_copy(update={"slowdown": factor})
                     )
                 record["factor"] = factor
             case Dropout(p=p):
@@ -183,16 +185,16 @@ class ScenarioEngine:
                     }
                     new = profile.model_copy(update=changes)
                     await self._update(
-                        runtime, self.specs[cid].model_copy(update={"profile": new})
+                        members, self.specs[cid].model_copy(update={"profile": new})
                     )
             case Drift():
                 record["groups"] = [
-                    await self._drift(runtime, cid, event) for cid in targets
+                    await self._drift(members, cid, event) for cid in targets
                 ]
         return record
 
     async def _join(
-        self, runtime: ScenarioRuntime, index: int, event: Join, round: int
+        self, members: Membership, index: int, event: Join, round: int
     ) -> Applied:
         reserved = self.plan.reserved.get(index)
         specs = []
@@ -215,10 +217,10 @@ class ScenarioEngine:
             self.partition_groups[cid] = taken.partition_group
             self.transform_groups[cid] = transform_group
             specs.append(spec)
-        await runtime.add_clients(specs)
+        await members.add_clients(specs)
         return {"kind": "join", "clients": [s.id for s in specs]}
 
-    async def _drift(self, runtime: ScenarioRuntime, cid: int, event: Drift) -> int:
+    async def _drift(self, members: Membership, cid: int, event: Drift) -> int:
         spec = self.specs[cid]
         transforms = self.plan.transforms
         part = self.partition_groups[cid]
@@ -254,7 +256,7 @@ class ScenarioEngine:
         elif event.class_mix is not None:
             changes = self._redraw(spec, event.class_mix)
         new = spec.model_copy(update=changes)
-        await self._update(runtime, new)
+        await self._update(members, new)
         return new.group
 
     def _redraw(self, spec: ClientSpec, weights: list[float]) -> dict[str, Any]:
@@ -295,6 +297,6 @@ class ScenarioEngine:
             )
         return [c for c in target.ids if c in self.specs]
 
-    async def _update(self, runtime: ScenarioRuntime, spec: ClientSpec) -> None:
+    async def _update(self, members: Membership, spec: ClientSpec) -> None:
         self.specs[spec.id] = spec
-        await runtime.update_client(spec)
+        await members.update_client(spec)

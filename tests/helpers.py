@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from clusterfed.protocol import TrainConfig
-from clusterfed.scenarios import DirichletPartition, ModelSpec, Scenario
+from clusterfed.actors import Client, InlineRuntime, ParameterServer, Runtime
+from clusterfed.federation import build_server
+from clusterfed.protocol import TrainConfig, Welcome, decode
+from clusterfed.scenarios import DirichletPartition, ModelSpec, RunPlan, Scenario
+from clusterfed.types import ClientId
 
 
 def small_scenario(**changes: Any) -> Scenario:
@@ -29,3 +33,34 @@ def read_rounds(out: Path) -> list[dict[str, Any]]:
     return [
         json.loads(line) for line in (out / "rounds.jsonl").read_text().splitlines()
     ]
+
+
+Tamper = Callable[[ClientId, bytes, bytes], bytes]
+
+
+class TamperingRuntime(InlineRuntime):
+    """Clients hosted in this process; `tamper(client, request, reply)` may
+    rewrite a reply, or raise to make the exchange fail."""
+
+    def __init__(self, tamper: Tamper | None = None) -> None:
+        super().__init__()
+        self.tamper = tamper
+
+    @property
+    def clients(self) -> dict[int, Client]:
+        return self.host.clients
+
+    async def request(self, client: int, data: bytes) -> bytes | None:
+        reply = await super().request(client, data)
+        if self.tamper is None or reply is None:
+            return reply
+        return self.tamper(ClientId(client), data, reply)
+
+
+async def start_server(plan: RunPlan, runtime: Runtime) -> ParameterServer:
+    """A parameter server for `plan` whose first clients have joined."""
+    server = build_server(plan, runtime)
+    for join in await runtime.add(plan.clients):
+        reply = decode(await server.handle(join)).payload
+        assert isinstance(reply, Welcome), reply
+    return server

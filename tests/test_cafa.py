@@ -12,16 +12,12 @@ import pytest
 from numpy.testing import assert_allclose
 
 import clusterfed
-from clusterfed.actors import Client, ParameterServer, build_server, work
-from clusterfed.algorithms import (
-    ClientInfo,
-    ClientUpdate,
-    PeerScore,
-    ServerState,
-    make,
-)
+from clusterfed.actors import Client, InlineRuntime, ParameterServer
+from clusterfed.actors.work import class_histogram
+from clusterfed.algorithms import ClientInfo, ClientUpdate, PeerScore, make
 from clusterfed.algorithms.cafa import (
     CAFA,
+    CAFAState,
     abfa_weights,
     cbcc_clustering,
     cbcc_weights,
@@ -31,6 +27,7 @@ from clusterfed.algorithms.cafa import (
     weighted_accuracy,
 )
 from clusterfed.data import iid_mix, load_dataset
+from clusterfed.federation import build_server
 from clusterfed.protocol import Welcome, decode
 from clusterfed.scenarios import plan_run
 from clusterfed.scenarios.spec import IIDMixPartition
@@ -104,27 +101,38 @@ def test_cbcc_weights_are_the_share_of_clients_in_each_cluster() -> None:
     )
 
 
+def _rng() -> np.random.Generator:
+    return np.random.default_rng(0)
+
+
 def _cafa_state(
-    strategy: CAFA, histograms: np.ndarray = PLANTED, n: int | None = None
-) -> ServerState:
+    strategy: CAFA,
+    histograms: np.ndarray = PLANTED,
+    n: int | None = None,
+    rng: np.random.Generator | None = None,
+) -> CAFAState:
+    """Every client joined and described; `rng` is the run's stream (drawn
+    from by CBCC's seed)."""
     n = len(histograms) if n is None else n
-    state = strategy.init_state(
-        np.zeros(DIM, dtype=np.float32), np.random.default_rng(0)
-    )
+    state = strategy.init_state([np.zeros(DIM, dtype=np.float32)])
     for i in range(n):
         state = strategy.on_join(state, ClientInfo(ClientId(i), n_train=80))
     return strategy.on_describe(
-        state, 0, {ClientId(i): histograms[i] for i in range(len(histograms))}
+        state,
+        0,
+        {ClientId(i): histograms[i] for i in range(len(histograms))},
+        _rng() if rng is None else rng,
     )
 
 
 def test_a_late_client_joins_the_nearest_centre_and_the_clusters_stay() -> None:
     strategy = CAFA()
-    state = _cafa_state(strategy)
+    rng = np.random.default_rng(0)
+    state = _cafa_state(strategy, rng=rng)
     before = strategy.diagnostics(state)["cbcc"]
     late = np.array([[0, 0, 0, 0, 0, 0, 0, 20, 20, 21]])
     state = strategy.on_join(state, ClientInfo(ClientId(10), 61, joined_round=3))
-    state = strategy.on_describe(state, 3, {ClientId(10): late[0]})
+    state = strategy.on_describe(state, 3, {ClientId(10): late[0]}, rng)
     after = strategy.diagnostics(state)["cbcc"]
     assert after["k"] == before["k"] == 3
     assert after["clusters"]["10"] == after["clusters"]["8"]
@@ -175,7 +183,7 @@ TABLE = {
 }
 
 
-def _scored_updates(state: ServerState) -> list[ClientUpdate]:
+def _scored_updates(state: CAFAState) -> list[ClientUpdate]:
     deltas = {0: [1.0, 0, 0, 0, 0], 5: [0, 2.0, 0, 0, 0], 8: [0, 0, 4.0, 0, 0]}
     updates = []
     for owner in MEMBERS:
@@ -202,14 +210,14 @@ def _scored_updates(state: ServerState) -> list[ClientUpdate]:
 def test_abfa_weights_of_a_hand_made_accuracy_table_and_eq_11() -> None:
     strategy = CAFA()
     state = _cafa_state(strategy)
-    new = strategy.aggregate(state, 0, _scored_updates(state))
+    new = strategy.aggregate(state, 0, _scored_updates(state), _rng())
     # Eq. 9 by hand: A_0 = (0.5·20 + 0.9·30)/50 = 0.74,
     # A_5 = (0.8·10 + 0.3·30)/40 = 0.425, A_8 = (0.6·10 + 0.7·20)/30 = 2/3.
     a = np.array([0.74, 0.425, 2 / 3])
     w_a = a / a.sum()  # Eq. 10
     w_k = np.array([5, 3, 2]) / 10  # Eq. 8: the planted clusters' shares
     c = w_k * w_a / (w_k * w_a).sum()  # Eq. 11
-    record = new.extra["abfa"]
+    record = strategy.diagnostics(new)["abfa"]
     assert record["members"] == MEMBERS
     assert_allclose([record["accuracy"][str(m)] for m in MEMBERS], a)
     assert_allclose([record["cbcc_weight"][str(m)] for m in MEMBERS], w_k)
@@ -227,25 +235,26 @@ def test_unscored_models_take_the_mean_accuracy_and_failures_are_left_out() -> N
         updates[1].client, ClusterId(0), "ok", updates[1].base, updates[1].delta, 80
     )
     updates.append(ClientUpdate(ClientId(9), ClusterId(0), "failed", reason="down"))
-    record = strategy.aggregate(state, 0, updates).extra["abfa"]
+    record = strategy.diagnostics(strategy.aggregate(state, 0, updates, _rng()))["abfa"]
     assert record["members"] == MEMBERS
     assert record["accuracy"]["5"] == pytest.approx((0.74 + 2 / 3) / 2)
 
 
 def test_a_round_samples_k_clients_among_those_cbcc_placed() -> None:
     strategy = CAFA(selected=4)
-    state = _cafa_state(strategy, n=12)  # clients 10, 11 never described
+    rng = np.random.default_rng(0)  # one stream for the whole run
+    state = _cafa_state(strategy, n=12, rng=rng)  # clients 10, 11 never described
     clients = [ClientInfo(ClientId(i), 80) for i in range(12)]
     counts: Counter[int] = Counter()
     for round in range(30):
-        plans = strategy.plan_round(state, round, clients)
+        plans = strategy.plan_round(state, round, clients, rng)
         assert len(plans) == 4 and len({p.client for p in plans}) == 4
         counts.update(p.client for p in plans)
     assert set(counts) <= set(range(10)) and len(counts) == 10
-    fresh = strategy.init_state(np.zeros(DIM, np.float32), np.random.default_rng(0))
+    fresh = strategy.init_state([np.zeros(DIM, np.float32)])
     for client in clients[:3]:
         fresh = strategy.on_join(fresh, client)
-    unplaced = strategy.plan_round(fresh, 0, clients[:3])
+    unplaced = strategy.plan_round(fresh, 0, clients[:3], _rng())
     assert len(unplaced) == 3  # nobody described yet: everyone may train
 
 
@@ -254,13 +263,13 @@ def test_each_member_scores_the_other_members_models() -> None:
     state = _cafa_state(strategy)
     updates = _scored_updates(state)
     updates.append(ClientUpdate(ClientId(9), ClusterId(0), "late"))
-    plans = {p.client: p for p in strategy.plan_probes(state, 0, updates)}
+    plans = {p.client: p for p in strategy.plan_probes(state, 0, updates, _rng())}
     assert sorted(plans) == MEMBERS
     assert sorted(plans[ClientId(5)].models) == [0, 8]
     assert_allclose(plans[ClientId(5)].models[ClientId(8)], [0, 0, 4.0, 0, 0])
-    own = CAFA(include_own=True).plan_probes(state, 0, updates)
+    own = CAFA(include_own=True).plan_probes(state, 0, updates, _rng())
     assert all(sorted(p.models) == MEMBERS for p in own)
-    assert CAFA().plan_probes(state, 0, updates[:1]) == []
+    assert CAFA().plan_probes(state, 0, updates[:1], _rng()) == []
 
 
 @pytest.mark.parametrize(
@@ -275,19 +284,19 @@ def test_bad_hyperparameters_name_the_value(params: dict) -> None:
 # -- the protocol, through real client actors -------------------------------------
 
 
-class SpyTransport:
+class SpyTransport(InlineRuntime):
     """In-process clients; records the kind of every request it delivers."""
 
-    def __init__(self, clients: dict[ClientId, Client]) -> None:
-        self.clients = clients
+    def __init__(self) -> None:
+        super().__init__()
         self.kinds: Counter[str] = Counter()
         self.by_client: dict[str, Counter[ClientId]] = {}
 
-    async def request(self, client: ClientId, data: bytes) -> bytes:
+    async def request(self, client: int, data: bytes) -> bytes | None:
         kind = decode(data).payload.kind
         self.kinds[kind] += 1
-        self.by_client.setdefault(kind, Counter())[client] += 1
-        return await self.clients[client].handle(data)
+        self.by_client.setdefault(kind, Counter())[ClientId(client)] += 1
+        return await super().request(client, data)
 
 
 MIX = IIDMixPartition(iid_fraction=0.5)
@@ -300,13 +309,12 @@ def _serve(
         plan = plan_run(
             small_scenario(algorithm=algorithm, partition=MIX, clients=8, **changes)
         )
-        clients = {ClientId(s.id): Client(s) for s in plan.clients}
-        spy = SpyTransport(clients)
-        server = build_server(plan.server, spy, {})
+        spy = SpyTransport()
+        server = build_server(plan, spy)
         if strategy is not None:
             server.strategy = strategy
-        for client in clients.values():
-            reply = decode(await server.handle(client.join_request())).payload
+        for join in await spy.add(plan.clients):
+            reply = decode(await server.handle(join)).payload
             assert isinstance(reply, Welcome)
         outcomes = [await server.run_round(r) for r in range(rounds)]
         return server, spy, outcomes
@@ -330,14 +338,14 @@ def test_each_histogram_counts_the_clients_training_labels() -> None:
     plan = plan_run(small_scenario(algorithm="cafa", partition=MIX, clients=8))
     labels = load_dataset("digits").labels
     for spec in plan.clients:
-        counts = work.class_histogram(spec)
+        counts = class_histogram(Client(spec).trainer, 10)
         assert counts == np.bincount(labels[spec.train], minlength=10).tolist()
 
 
 class NoSharing(CAFA):
     """CAFA without the probes (no `name`: not registered)."""
 
-    def plan_probes(self, state, round, updates):  # type: ignore[no-untyped-def]
+    def plan_probes(self, state, round, updates, rng):  # type: ignore[no-untyped-def]
         return []
 
 
@@ -345,7 +353,7 @@ def test_the_bytes_of_model_sharing_show_up_in_bytes_up_and_down() -> None:
     server, spy, shared = _serve("cafa", rounds=2)
     _, quiet_spy, quiet = _serve("cafa", rounds=2, strategy=NoSharing())
     assert spy.kinds["probe_task"] == 2 * 6 and "probe_task" not in quiet_spy.kinds
-    model_bytes = 4 * server.n_weights
+    model_bytes = 4 * server.limits.n_weights
     for with_probes, without in zip(shared, quiet, strict=True):
         members = {
             c.id for c in with_probes.clients if c.trained

@@ -12,6 +12,7 @@ from clusterfed.algorithms import ClientInfo, ClientUpdate, ServerState, make
 from clusterfed.algorithms.dcfl import (
     DCFL,
     GLOBAL_MODEL,
+    DCFLState,
     affinity_clusters,
     dunn_index,
     match_ids,
@@ -27,12 +28,16 @@ def _centres() -> np.ndarray:
     return np.random.default_rng(11).standard_normal((3, DIM)) * 2
 
 
+def _rng() -> np.random.Generator:
+    return np.random.default_rng(0)
+
+
 def _start(
     strategy: DCFL, n: int = len(GROUPS), initial: np.ndarray | None = None
-) -> ServerState:
+) -> DCFLState:
     if initial is None:
         initial = np.zeros(DIM, dtype=np.float32)
-    state = strategy.init_state(initial, np.random.default_rng(0))
+    state = strategy.init_state([initial])
     for i in range(n):
         state = strategy.on_join(state, ClientInfo(ClientId(i), n_train=10 + i))
     return state
@@ -73,9 +78,9 @@ PLANTED = {frozenset(range(0, 4)), frozenset(range(4, 8)), frozenset(range(8, 12
 def test_affinity_propagation_recovers_planted_groups(metric: str) -> None:
     dcfl = DCFL(distance=metric)
     state = _start(dcfl)
-    new = dcfl.aggregate(state, 0, _updates(dcfl, state, _planted_ends()))
+    new = dcfl.aggregate(state, 0, _updates(dcfl, state, _planted_ends()), _rng())
     assert _partition(new) == PLANTED
-    assert new.extra["reclustered"] is True  # one cluster always re-clusters
+    assert new.reclustered is True  # one cluster always re-clusters
     assert set(new.models) == set(new.assignment.values())
     assert 0 in new.models  # the largest overlap keeps the old id
 
@@ -84,7 +89,7 @@ def test_new_cluster_models_are_the_mean_of_member_models() -> None:
     dcfl = DCFL()
     state = _start(dcfl)
     ends = _planted_ends()
-    new = dcfl.aggregate(state, 0, _updates(dcfl, state, ends))
+    new = dcfl.aggregate(state, 0, _updates(dcfl, state, ends), _rng())
     for members in PLANTED:
         cluster = new.assignment[ClientId(min(members))]
         assert_allclose(
@@ -98,13 +103,13 @@ def test_sample_weighted_means_weight_by_samples() -> None:
     state = _start(dcfl)
     ends = _planted_ends()
     sizes = [1, 2, 3, 4] * 3
-    new = dcfl.aggregate(state, 0, _updates(dcfl, state, ends, sizes))
+    new = dcfl.aggregate(state, 0, _updates(dcfl, state, ends, sizes), _rng())
     cluster = new.assignment[ClientId(0)]
     expected = (ends[:4] * np.array([1, 2, 3, 4])[:, None]).sum(axis=0) / 10
     assert_allclose(new.models[cluster], expected, rtol=1e-5)
 
 
-def _two_clusters(dcfl: DCFL, groups: list[int]) -> ServerState:
+def _two_clusters(dcfl: DCFL, groups: list[int]) -> DCFLState:
     """Six clients in clusters 0 and 1 as `groups` says, models apart."""
     state = _start(dcfl, n=6)
     models = {
@@ -126,9 +131,9 @@ def test_dunn_index_above_one_keeps_the_clustering() -> None:
     dcfl = DCFL()
     state = _two_clusters(dcfl, [0, 0, 0, 1, 1, 1])
     ends = _group_ends()
-    new = dcfl.aggregate(state, 3, _updates(dcfl, state, ends))
-    assert new.extra["dunn_index"] > 1
-    assert new.extra["reclustered"] is False
+    new = dcfl.aggregate(state, 3, _updates(dcfl, state, ends), _rng())
+    assert new.dunn_index is not None and new.dunn_index > 1
+    assert new.reclustered is False
     assert new.assignment == state.assignment
     # Algorithm 1, line 17: each cluster model is its members' mean model
     assert_allclose(new.models[0], ends[:3].mean(axis=0), rtol=1e-5)
@@ -140,9 +145,9 @@ def test_dunn_index_below_one_triggers_reclustering() -> None:
     # clients 2 and 3 sit in each other's cluster
     state = _two_clusters(dcfl, [0, 0, 1, 0, 1, 1])
     ends = _group_ends()
-    new = dcfl.aggregate(state, 3, _updates(dcfl, state, ends))
-    assert new.extra["dunn_index"] < 1
-    assert new.extra["reclustered"] is True
+    new = dcfl.aggregate(state, 3, _updates(dcfl, state, ends), _rng())
+    assert new.dunn_index is not None and new.dunn_index < 1
+    assert new.reclustered is True
     assert _partition(new, 6) == {frozenset({0, 1, 2}), frozenset({3, 4, 5})}
     # the ids follow the majority of each old cluster
     assert new.assignment[ClientId(0)] == 0 and new.assignment[ClientId(5)] == 1
@@ -175,15 +180,16 @@ def test_a_newcomer_trains_from_the_global_model_and_joins_the_nearest_cluster()
     None
 ):
     dcfl = DCFL()
+    rng = np.random.default_rng(0)
     state = _start(dcfl)
-    state = dcfl.aggregate(state, 0, _updates(dcfl, state, _planted_ends()))
+    state = dcfl.aggregate(state, 0, _updates(dcfl, state, _planted_ends()), rng)
     state = dcfl.on_join(state, ClientInfo(ClientId(12), n_train=10, joined_round=4))
     assert ClientId(12) not in state.assignment
     w_g = np.mean([state.models[c] for c in sorted(state.models)], axis=0)
     cluster, model = dcfl.model_for(state, ClientId(12))
     assert cluster == GLOBAL_MODEL and cluster not in state.models
     assert_allclose(model, w_g, rtol=1e-6)
-    plans = dcfl.plan_round(state, 4, [ClientInfo(ClientId(12), 10, 4)])
+    plans = dcfl.plan_round(state, 4, [ClientInfo(ClientId(12), 10, 4)], rng)
     assert_allclose(plans[0].models[GLOBAL_MODEL], w_g, rtol=1e-6)
 
     # it trains from W_G towards group 1's centre; only it reports this round
@@ -192,7 +198,7 @@ def test_a_newcomer_trains_from_the_global_model_and_joins_the_nearest_cluster()
     update = ClientUpdate(
         ClientId(12), GLOBAL_MODEL, "ok", model, (end - model).astype(np.float32), 10
     )
-    new = dcfl.aggregate(state, 4, [update])
+    new = dcfl.aggregate(state, 4, [update], rng)
     assert new.assignment[ClientId(12)] == target
     assert dcfl.model_for(new, ClientId(12))[0] == target
     for c, weights in state.models.items():  # placing it changes no model
@@ -208,7 +214,9 @@ def test_clients_present_from_the_start_join_cluster_zero() -> None:
 def test_a_failed_newcomer_stays_on_the_global_model() -> None:
     dcfl = DCFL()
     state = dcfl.on_join(_start(dcfl, 3), ClientInfo(ClientId(9), 10, joined_round=2))
-    new = dcfl.aggregate(state, 2, [ClientUpdate(ClientId(9), GLOBAL_MODEL, "failed")])
+    new = dcfl.aggregate(
+        state, 2, [ClientUpdate(ClientId(9), GLOBAL_MODEL, "failed")], _rng()
+    )
     assert dcfl.model_for(new, ClientId(9))[0] == GLOBAL_MODEL
 
 
@@ -225,16 +233,16 @@ def test_one_or_two_clients_form_one_cluster() -> None:
     dcfl = DCFL()
     state = _start(dcfl, 2)
     ends = np.stack([np.full(DIM, -5.0), np.full(DIM, 5.0)])
-    new = dcfl.aggregate(state, 0, _updates(dcfl, state, ends))
+    new = dcfl.aggregate(state, 0, _updates(dcfl, state, ends), _rng())
     assert new.assignment == {0: 0, 1: 0}
 
 
 def test_affinity_propagation_that_does_not_converge_keeps_the_clustering() -> None:
     dcfl = DCFL(max_iter=1)
     state = _start(dcfl)
-    new = dcfl.aggregate(state, 0, _updates(dcfl, state, _planted_ends()))
+    new = dcfl.aggregate(state, 0, _updates(dcfl, state, _planted_ends()), _rng())
     assert new.assignment == state.assignment
-    assert new.extra["reclustered"] is False
+    assert new.reclustered is False
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,8 @@ DIM = 4
 def _rounds(name: str, deltas: np.ndarray, rounds: int = 1) -> list[dict]:
     """Every client ends each round at `deltas[i]` from its cluster's model."""
     strategy = make(name)
-    state = strategy.init_state(np.zeros(DIM, np.float32), np.random.default_rng(0))
+    state = strategy.init_state([np.zeros(DIM, np.float32)])
+    rng = np.random.default_rng(0)
     for i in range(len(deltas)):
         state = strategy.on_join(state, ClientInfo(ClientId(i), 10))
     found = []
@@ -31,7 +32,7 @@ def _rounds(name: str, deltas: np.ndarray, rounds: int = 1) -> list[dict]:
                     ClientId(i), cluster, "ok", base, delta.astype(np.float32), 10, 1.0
                 )
             )
-        state = strategy.aggregate(state, round, updates)
+        state = strategy.aggregate(state, round, updates, rng)
         found.append(strategy.diagnostics(state))
     return found
 
@@ -39,7 +40,9 @@ def _rounds(name: str, deltas: np.ndarray, rounds: int = 1) -> list[dict]:
 def test_every_strategy_reports_json_and_nothing_before_a_round() -> None:
     for name in algorithms():
         strategy = make(name)
-        state = strategy.init_state(np.zeros(DIM, np.float32), np.random.default_rng(0))
+        state = strategy.init_state(
+            [np.zeros(DIM, np.float32) for _ in range(strategy.initial_models)]
+        )
         json.dumps(strategy.diagnostics(state), allow_nan=False)
 
 

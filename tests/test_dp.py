@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 import clusterfed
-from clusterfed.actors import Client, LocalRuntime, LocalTrainer, build_trainer, work
+from clusterfed.actors import Client, InlineRuntime, LocalTrainer, build_trainer
 from clusterfed.actors.privacy import (
     PrivateTraining,
     plan_noise_multiplier,
@@ -21,6 +21,7 @@ from clusterfed.actors.privacy import (
 )
 from clusterfed.algorithms import algorithms
 from clusterfed.errors import ScenarioError
+from clusterfed.federation import Federation
 from clusterfed.models import build_model, get_flat, n_parameters
 from clusterfed.models.registry import MODELS
 from clusterfed.protocol import (
@@ -33,7 +34,6 @@ from clusterfed.protocol import (
     decode,
     encode,
 )
-from clusterfed.results import RunRecorder
 from clusterfed.scenarios import (
     Join,
     ScenarioEngine,
@@ -251,7 +251,7 @@ def test_dp_noise_changes_the_uploaded_delta_under_the_same_seed() -> None:
     plain = plan_run(small_scenario())
     spec = private.clients[0]
     assert spec.privacy is not None
-    weights = private.server.initial
+    weights = private.initial
     noisy, plain_reply = (_reply(Client(s), weights) for s in (spec, plain.clients[0]))
     assert isinstance(noisy, UpdateReply) and isinstance(plain_reply, UpdateReply)
     assert plain_reply.epsilon is None and noisy.epsilon > 0
@@ -268,7 +268,7 @@ def test_dp_noise_changes_the_uploaded_delta_under_the_same_seed() -> None:
 def test_a_client_refuses_the_round_that_would_exceed_its_budget() -> None:
     plan = plan_run(small_scenario(rounds=2, dp=DP))
     client = Client(plan.clients[0])
-    weights = plan.server.initial
+    weights = plan.initial
     spent = [_reply(client, weights, r).epsilon for r in range(2)]
     assert 0 < spent[0] < spent[1] <= 10
     refused = _reply(client, weights, 2)
@@ -279,12 +279,15 @@ def test_a_client_refuses_the_round_that_would_exceed_its_budget() -> None:
 def test_a_drift_keeps_the_accountant_a_new_run_does_not() -> None:
     plan = plan_run(small_scenario(dp=DP))
     spec = plan.clients[0]
-    first = work.trainer_for(spec)
+    client = Client(spec)
+    first = client.trainer
     assert first.privacy is not None
-    drifted = work.trainer_for(spec.model_copy(update={"rotation": 90.0}))
+    client.update(spec.model_copy(update={"rotation": 90.0}))
+    drifted = client.trainer
     assert drifted is not first and drifted.privacy is first.privacy
     again = plan_run(small_scenario(dp=DP)).clients[0]
-    assert work.trainer_for(again).privacy is not first.privacy
+    client.update(again)
+    assert client.trainer.privacy is not first.privacy
 
 
 # -- whole runs ---------------------------------------------------------------
@@ -326,20 +329,16 @@ def test_dp_works_with_every_algorithm(tmp_path: Path, algorithm: str) -> None:
 
 def test_a_spent_budget_is_recorded_as_a_failed_update(tmp_path: Path) -> None:
     # The clients plan for 2 rounds; a third is more than their budget allows.
-    plan = plan_run(small_scenario(rounds=2, dp=DP))
+    scenario = small_scenario(rounds=2, dp=DP)
 
     async def three_rounds() -> None:
-        runtime = LocalRuntime(workers=1)
-        recorder = RunRecorder(tmp_path, {})
-        engine = ScenarioEngine(plan)
-        await runtime.start(plan.server, plan.clients)
+        federation = Federation(scenario, InlineRuntime(), tmp_path, config={})
+        await federation.start()
         try:
             for r in range(3):
-                events = await engine.begin_round(runtime, r, recorder.sim_time)
-                outcome = await runtime.run_round(r)
-                recorder.record(outcome, groups=engine.groups, events=events)
+                await federation.step(r)
         finally:
-            await runtime.close()
+            await federation.close()
 
     asyncio.run(three_rounds())
     rows = read_rounds(tmp_path)
@@ -384,10 +383,10 @@ def test_batch_norm_is_fixed_by_opacus(
     monkeypatch.setitem(MODELS, "bn_mlp", _batch_norm_mlp)
     scenario = small_scenario(rounds=1, dp=DP, model={"name": "bn_mlp"})
     plan = plan_run(scenario)
-    trainer = work.trainer_for(plan.clients[0])
+    trainer = Client(plan.clients[0]).trainer
     assert not any(isinstance(m, nn.BatchNorm1d) for m in trainer.model.modules())
     assert any(isinstance(m, nn.GroupNorm) for m in trainer.model.modules())
-    assert plan.server.initial.shape == (n_parameters(trainer.model),)
+    assert plan.initial.shape == (n_parameters(trainer.model),)
     result = clusterfed.run(scenario, out=tmp_path, workers=1)
     assert result.summary["failed_updates"] == 0
 

@@ -4,15 +4,16 @@ server; the cluster models end as if the faulty update had simply failed."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-import clusterfed
-from clusterfed.actors import LocalRuntime
+from clusterfed.actors import ProcessRuntime
 from clusterfed.errors import ScenarioError
+from clusterfed.federation import Federation, drive
 from clusterfed.scenarios import Crash, load_scenario
 from clusterfed.scenarios.spec import Faulty
 from helpers import small_scenario
@@ -30,11 +31,13 @@ REASON = {
 }
 
 
-def run(tmp: Path, **changes: object) -> tuple[LocalRuntime, list[dict]]:
-    runtime = LocalRuntime(workers=2)
+def run(tmp: Path, **changes: object) -> tuple[Federation, list[dict]]:
+    """A run on two worker processes, and its federation (its final models)."""
     scenario = small_scenario(rounds=4, task_timeout_s=TIMEOUT_S, **changes)
-    result = clusterfed.run(scenario, out=tmp, runtime=runtime)
-    return runtime, result.rows
+    config = {"scenario": scenario.model_dump(mode="json")}
+    federation = Federation(scenario, ProcessRuntime(2), tmp, config=config)
+    result = asyncio.run(drive(federation))
+    return federation, result.rows
 
 
 _references: dict[int, dict[int, np.ndarray]] = {}
@@ -43,13 +46,12 @@ _references: dict[int, dict[int, np.ndarray]] = {}
 def reference(round: int, factory: pytest.TempPathFactory) -> dict[int, np.ndarray]:
     """The models of a run where the faulty client's update of `round` failed."""
     if round not in _references:
-        runtime, rows = run(
+        federation, rows = run(
             factory.mktemp("reference"),
             events=[Crash(start=round, target=FAULTY, recover_after=1)],
         )
         assert rows[round]["failed_updates"] == 1
-        assert runtime.server is not None
-        _references[round] = dict(runtime.server.state.models)
+        _references[round] = dict(federation.server.state.models)
     return _references[round]
 
 
@@ -59,7 +61,7 @@ def test_a_faulty_update_is_refused_and_the_models_are_as_if_it_failed(
 ) -> None:
     round = ROUND[behaviour]
     fault = Faulty(clients=FAULTY, behaviour=behaviour, start=round, until=round)  # type: ignore[arg-type]
-    runtime, rows = run(tmp_path_factory.mktemp(behaviour), faulty=[fault])
+    federation, rows = run(tmp_path_factory.mktemp(behaviour), faulty=[fault])
     row = rows[round]
     mine = next(c for c in row["clients"] if c["id"] == FAULTY)
     assert REASON[behaviour] in (mine["reason"] or "")
@@ -76,8 +78,7 @@ def test_a_faulty_update_is_refused_and_the_models_are_as_if_it_failed(
     assert [r["planned_updates"] for r in rows] == [6, 6, 6, 6]
     later = next(c for c in rows[round + 1]["clients"] if c["id"] == FAULTY)
     assert later["trained"] and len(rows) == 4
-    assert runtime.server is not None
-    models = runtime.server.state.models
+    models = federation.server.state.models
     expected = reference(round, tmp_path_factory)
     for cluster, model in expected.items():
         np.testing.assert_array_equal(models[cluster], model)

@@ -6,16 +6,11 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 
-from clusterfed.algorithms import (
-    ClientInfo,
-    ClientUpdate,
-    ServerState,
-    Strategy,
-    make,
-)
+from clusterfed.algorithms import ClientInfo, ClientUpdate, Strategy, make
 from clusterfed.algorithms.fedac import (
     FedAC,
     FedACP,
+    FedACState,
     bipartition,
     should_split,
     updates_diverge,
@@ -52,22 +47,24 @@ def _group_deltas(signs: list[int], seed: int = 0) -> list[np.ndarray]:
     return [s * U + 0.1 * rng.standard_normal(DIM) for s in signs]
 
 
-def _joined(strategy: Strategy, n: int) -> ServerState:
-    state = strategy.init_state(
-        np.ones(DIM, dtype=np.float32), np.random.default_rng(0)
-    )
+def _rng() -> np.random.Generator:
+    return np.random.default_rng(0)
+
+
+def _joined(strategy: Strategy[FedACState], n: int) -> FedACState:
+    state = strategy.init_state([np.ones(DIM, dtype=np.float32)])
     for i in range(n):
         state = strategy.on_join(state, ClientInfo(ClientId(i), n_train=10))
     return state
 
 
 def _round(
-    strategy: Strategy,
-    state: ServerState,
+    strategy: Strategy[FedACState],
+    state: FedACState,
     round: int,
     deltas: dict[int, np.ndarray],
     loss: float,
-) -> ServerState:
+) -> FedACState:
     updates = [
         _update(
             c,
@@ -78,10 +75,10 @@ def _round(
         )
         for c, d in deltas.items()
     ]
-    return strategy.aggregate(state, round, updates)
+    return strategy.aggregate(state, round, updates, _rng())
 
 
-def _clusters(state: ServerState, n: int) -> list[int]:
+def _clusters(state: FedACState, n: int) -> list[int]:
     return [state.assignment[ClientId(i)] for i in range(n)]
 
 
@@ -197,7 +194,7 @@ GROUPS = [1, 1, 1, 1, -1, -1, -1, -1]  # clients 0–3 and 4–7
 SAMPLED = [0, 1, 2, 4]
 
 
-def _sampled_round(strategy: Strategy) -> ServerState:
+def _sampled_round(strategy: Strategy[FedACState]) -> FedACState:
     state = _joined(strategy, 8)
     every = dict(enumerate(_group_deltas(GROUPS)))
     sample = {c: every[c] for c in SAMPLED}
@@ -217,12 +214,12 @@ def test_fedac_scans_the_whole_cluster_before_it_bipartitions() -> None:
     state = _sampled_round(strategy)
     assert state.n_clusters == 1
     clients = [ClientInfo(ClientId(i), 10) for i in range(8)]
-    plans = strategy.plan_round(state, 2, clients)
+    plans = strategy.plan_round(state, 2, clients, _rng())
     assert [p.client for p in plans] == list(range(8))
     every = dict(enumerate(_group_deltas(GROUPS)))
     state = _round(strategy, state, 2, every, loss=1.0)
     assert _clusters(state, 8) == [0, 0, 0, 0, 1, 1, 1, 1]
-    assert len(strategy.plan_round(state, 3, clients)) == 4  # back to sampling
+    assert len(strategy.plan_round(state, 3, clients, _rng())) == 4  # back to sampling
 
 
 def test_a_scan_whose_updates_agree_does_not_split() -> None:
@@ -231,7 +228,7 @@ def test_a_scan_whose_updates_agree_does_not_split() -> None:
     aligned = dict(enumerate(_group_deltas([1] * 8)))
     state = _round(strategy, state, 2, aligned, loss=1.0)
     assert state.n_clusters == 1
-    assert not state.extra["scans"]
+    assert not state.scans
 
 
 def test_fraction_samples_each_cluster_with_the_seeded_rng() -> None:
@@ -243,7 +240,7 @@ def test_fraction_samples_each_cluster_with_the_seeded_rng() -> None:
     )
     clients = [ClientInfo(ClientId(i), 10) for i in range(8)]
     picks = [
-        [p.client for p in strategy.plan_round(state.replace(rng=rng), 0, clients)]
+        [p.client for p in strategy.plan_round(state, 0, clients, rng)]
         for rng in (np.random.default_rng(4), np.random.default_rng(4))
     ]
     assert picks[0] == picks[1]

@@ -10,10 +10,12 @@ from clusterfed.algorithms import ClientInfo, ClientUpdate, make, weighted_mean
 from clusterfed.types import ClientId, ClusterId
 
 
+def _rng() -> np.random.Generator:
+    return np.random.default_rng(0)
+
+
 def _state(fedavg, n_clients=3):  # type: ignore[no-untyped-def]
-    state = fedavg.init_state(
-        np.array([1.0, 1.0, 1.0], dtype=np.float32), np.random.default_rng(0)
-    )
+    state = fedavg.init_state([np.array([1.0, 1.0, 1.0], dtype=np.float32)])
     for i in range(n_clients):
         state = fedavg.on_join(state, ClientInfo(ClientId(i), n_train=10))
     return state
@@ -42,7 +44,7 @@ def test_fedavg_is_the_sample_weighted_mean_of_deltas() -> None:
         _update(2, [4.0, 4.0, 4.0], n=60),
     ]
     # by hand: (10·[1,0,-2] + 30·[0,3,2] + 60·[4,4,4]) / 100 = [2.5, 3.3, 2.8]
-    new = fedavg.aggregate(state, 0, updates)
+    new = fedavg.aggregate(state, 0, updates, _rng())
     assert_allclose(new.models[0], [1 + 2.5, 1 + 3.3, 1 + 2.8], rtol=1e-6)
     assert new.models[0].dtype == np.float32
 
@@ -55,14 +57,16 @@ def test_failed_late_and_rejected_updates_do_not_count() -> None:
         _update(1, [100.0, 100.0, 100.0], n=10, status="late"),
         ClientUpdate(ClientId(2), ClusterId(0), "failed", reason="crashed"),
     ]
-    assert_allclose(fedavg.aggregate(state, 0, updates).models[0], [2.0, 2.0, 2.0])
+    assert_allclose(
+        fedavg.aggregate(state, 0, updates, _rng()).models[0], [2.0, 2.0, 2.0]
+    )
 
 
 def test_a_round_with_no_usable_update_keeps_the_model() -> None:
     fedavg = make("fedavg")
     state = _state(fedavg)
     new = fedavg.aggregate(
-        state, 0, [ClientUpdate(ClientId(0), ClusterId(0), "failed")]
+        state, 0, [ClientUpdate(ClientId(0), ClusterId(0), "failed")], _rng()
     )
     assert_allclose(new.models[0], state.models[0])
 
@@ -71,7 +75,7 @@ def test_fraction_samples_a_seeded_subset() -> None:
     fedavg = make("fedavg", fraction=0.5)
     clients = [ClientInfo(ClientId(i), 10) for i in range(10)]
     picks = [
-        [p.client for p in fedavg.plan_round(_state(fedavg, 10), 0, clients)]
+        [p.client for p in fedavg.plan_round(_state(fedavg, 10), 0, clients, _rng())]
         for _ in range(2)
     ]
     assert len(picks[0]) == 5

@@ -48,7 +48,7 @@ def test_fedprox_with_mu_zero_is_fedavg_exactly(tmp_path: Path) -> None:
 def test_a_positive_mu_pulls_the_delta_towards_the_received_model() -> None:
     plan = plan_run(small_scenario())
     trainer = build_trainer(plan.clients[0])
-    weights = plan.server.initial
+    weights = plan.initial
     config = TrainConfig(lr=0.05, momentum=0.9, batch_size=16, epochs=3)
     plain = trainer.train(weights, config, round=0).delta
     again = trainer.train(weights, config, round=0).delta

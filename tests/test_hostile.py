@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 import torch
 
-from clusterfed.actors import Client, ParameterServer, RoundOutcome, build_server
+from clusterfed.actors import InlineRuntime, ParameterServer, RoundOutcome
 from clusterfed.protocol import Envelope, UpdateReply, decode, encode
 from clusterfed.protocol.tensor import TENSOR_EXT, pack_tensor
 from clusterfed.scenarios import plan_run
 from clusterfed.types import ClientId
-from helpers import small_scenario
+from helpers import small_scenario, start_server
 
 HOSTILE = ClientId(2)
 
@@ -38,8 +38,8 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(threads)
 
 
-class Hostile:
-    """In-process clients behind a transport that lets a test misbehave.
+class Hostile(InlineRuntime):
+    """In-process clients behind a runtime that lets a test misbehave.
 
     `rewrite(client, round, reply)` returns the bytes delivered instead of a
     train reply (raise to make the exchange fail); `push(server, client,
@@ -47,22 +47,22 @@ class Hostile:
     the side.
     """
 
-    def __init__(self, clients: dict[ClientId, Client]) -> None:
-        self.clients = clients
+    def __init__(self) -> None:
+        super().__init__()
         self.server: ParameterServer | None = None
         self.rewrite: Callable[[ClientId, int, bytes], bytes] | None = None
         self.push: Callable[[ParameterServer, ClientId, int], Any] | None = None
 
-    async def request(self, client: ClientId, data: bytes) -> bytes:
+    async def request(self, client: int, data: bytes) -> bytes | None:
         request = decode(data)
         is_train = request.payload.kind == "train_task"
         if is_train and self.push is not None:
             assert self.server is not None
-            await self.push(self.server, client, request.round)
-        reply = await self.clients[client].handle(data)
+            await self.push(self.server, ClientId(client), request.round)
+        reply = await super().request(client, data)
         assert reply is not None
         if is_train and self.rewrite is not None:
-            return self.rewrite(client, request.round, reply)
+            return self.rewrite(ClientId(client), request.round, reply)
         return reply
 
 
@@ -79,17 +79,14 @@ def run(
 
     async def go() -> tuple[ParameterServer, list[RoundOutcome]]:
         plan = plan_run(small_scenario(rounds=rounds, **changes))
-        clients = {ClientId(s.id): Client(s) for s in plan.clients}
-        transport = Hostile(clients)
-        server = build_server(plan.server, transport, {})
-        transport.server = server
-        for client in clients.values():
-            await server.handle(client.join_request())
-        transport.rewrite, transport.push = rewrite, push
+        runtime = Hostile()
+        server = await start_server(plan, runtime)
+        runtime.server = server
+        runtime.rewrite, runtime.push = rewrite, push
         outcomes = []
         for r in range(rounds):
             if leave is not None and leave[1] == r:
-                await server.handle(clients[leave[0]].leave_notice("bye"))
+                await server.handle(runtime.host.clients[leave[0]].leave_notice("bye"))
             outcomes.append(await server.run_round(r))
         return server, outcomes
 
@@ -217,12 +214,11 @@ def test_a_reply_already_received_is_refused_as_a_duplicate() -> None:
     # The hostile client answers its evaluate task with its update again.
     async def go() -> tuple[ParameterServer, list[RoundOutcome]]:
         plan = plan_run(small_scenario(rounds=3))
-        clients = {ClientId(s.id): Client(s) for s in plan.clients}
-        last: dict[ClientId, bytes] = {}
+        last: dict[int, bytes] = {}
 
-        class Echo:
-            async def request(self, client: ClientId, data: bytes) -> bytes:
-                reply = await clients[client].handle(data)
+        class Echo(InlineRuntime):
+            async def request(self, client: int, data: bytes) -> bytes | None:
+                reply = await super().request(client, data)
                 assert reply is not None
                 kind = decode(data).payload.kind
                 if kind == "train_task":
@@ -231,9 +227,7 @@ def test_a_reply_already_received_is_refused_as_a_duplicate() -> None:
                     return last[client]
                 return reply
 
-        server = build_server(plan.server, Echo(), {})
-        for client in clients.values():
-            await server.handle(client.join_request())
+        server = await start_server(plan, Echo())
         return server, [await server.run_round(r) for r in range(3)]
 
     server, outcomes = asyncio.run(go())

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 
-from clusterfed.actors import Client, build_server
+from clusterfed.actors import InlineRuntime
 from clusterfed.algorithms import Candidate, ClientInfo, ClientUpdate, make, make_policy
 from clusterfed.algorithms.gradloss import descent_similarity, repair_seeds
-from clusterfed.protocol import TrainTask, UpdateReply, Welcome, decode, encode
+from clusterfed.protocol import TrainTask, UpdateReply, decode, encode
 from clusterfed.scenarios import ClassTablePartition, plan_run
 from clusterfed.types import ClientId, ClusterId
-from helpers import small_scenario
+from helpers import small_scenario, start_server
 
 
 class FakeProbe:
@@ -87,11 +87,14 @@ def test_bad_policy_names_and_parameters_are_refused() -> None:
         make("gradloss", lam=-0.1)
 
 
+def _rng() -> np.random.Generator:
+    return np.random.default_rng(0)
+
+
 def _state(name: str, k: int = 3, clients: int = 4):  # type: ignore[no-untyped-def]
     strategy = make(name, clusters=k)
     models = [np.full(2, float(i), dtype=np.float32) for i in range(k)]
-    state = strategy.init_state(models[0], np.random.default_rng(0))
-    state = strategy.with_initial_models(state, models)
+    state = strategy.init_state(models)
     for c in range(clients):
         state = strategy.on_join(state, ClientInfo(ClientId(c), 10))
     return strategy, state
@@ -112,7 +115,7 @@ def _ok(client: int, cluster: int, delta: list[float], n: int = 10) -> ClientUpd
 def test_the_server_averages_per_reported_identity() -> None:
     strategy, state = _state("ifca")
     plans = strategy.plan_round(
-        state, 0, [ClientInfo(ClientId(c), 10) for c in range(4)]
+        state, 0, [ClientInfo(ClientId(c), 10) for c in range(4)], _rng()
     )
     assert all(len(p.models) == 3 and p.identity == "min_loss" for p in plans)
     updates = [
@@ -121,7 +124,7 @@ def test_the_server_averages_per_reported_identity() -> None:
         _ok(2, 0, [0.5, 0.5]),
         _ok(3, 0, [1.5, 0.5]),
     ]
-    new = strategy.aggregate(state, 0, updates)
+    new = strategy.aggregate(state, 0, updates, _rng())
     assert dict(new.assignment) == {0: 2, 1: 2, 2: 0, 3: 0}
     assert_allclose(new.models[2], [2 + 2.5, 2 - 0.5])  # (10·[1,1] + 30·[3,−1]) / 40
     assert_allclose(new.models[0], [1.0, 0.5])
@@ -130,17 +133,19 @@ def test_the_server_averages_per_reported_identity() -> None:
 
 def test_gradloss_sends_last_updates_and_repairs_an_empty_cluster() -> None:
     strategy, state = _state("gradloss")
+    rng = np.random.default_rng(0)
     state = strategy.aggregate(
         state,
         0,
         [_ok(0, 0, [1, 0]), _ok(1, 0, [1, 0]), _ok(2, 1, [0, 2]), _ok(3, 1, [0, 2])],
+        rng,
     )
-    assert_allclose(state.extra["last_updates"][0], [1, 0])
-    assert_allclose(state.extra["last_updates"][1], [0, 2])
-    seeds = state.extra["seeds"]
+    assert_allclose(state.last_updates[0], [1, 0])
+    assert_allclose(state.last_updates[1], [0, 2])
+    seeds = state.seeds
     assert list(seeds.values()) == [2]  # cluster 2 was empty: one client seeds it
     plans = strategy.plan_round(
-        state, 1, [ClientInfo(ClientId(c), 10) for c in range(4)]
+        state, 1, [ClientInfo(ClientId(c), 10) for c in range(4)], rng
     )
     for plan in plans:
         if plan.client in seeds:
@@ -152,7 +157,7 @@ def test_gradloss_sends_last_updates_and_repairs_an_empty_cluster() -> None:
 
 def test_repair_needs_someone_to_have_chosen() -> None:
     _, state = _state("gradloss")
-    assert repair_seeds(state, set()) == {}
+    assert repair_seeds(state, set(), _rng()) == {}
 
 
 def test_in_gradloss_the_server_takes_identities_from_the_clients() -> None:
@@ -167,15 +172,13 @@ def test_in_gradloss_the_server_takes_identities_from_the_clients() -> None:
     plan = plan_run(scenario)
     sent: list[TrainTask] = []
 
-    class Rewriting:
-        def __init__(self) -> None:
-            self.clients = {ClientId(s.id): Client(s) for s in plan.clients}
-
-        async def request(self, client: ClientId, data: bytes) -> bytes:
+    class Rewriting(InlineRuntime):
+        async def request(self, client: int, data: bytes) -> bytes | None:
             request = decode(data)
             if isinstance(request.payload, TrainTask):
                 sent.append(request.payload)
-            reply = await self.clients[client].handle(data)
+            reply = await super().request(client, data)
+            assert reply is not None
             env = decode(reply)
             if isinstance(env.payload, UpdateReply) and client == 0:
                 forced = env.payload.model_copy(update={"cluster": 1})
@@ -186,12 +189,7 @@ def test_in_gradloss_the_server_takes_identities_from_the_clients() -> None:
             return reply
 
     async def go():  # type: ignore[no-untyped-def]
-        transport = Rewriting()
-        server = build_server(plan.server, transport, {})
-        for c in transport.clients.values():
-            assert isinstance(
-                decode(await server.handle(c.join_request())).payload, Welcome
-            )
+        server = await start_server(plan, Rewriting())
         outcomes = [await server.run_round(r) for r in range(2)]
         return server, outcomes
 

@@ -7,9 +7,10 @@ import pytest
 from numpy.testing import assert_allclose
 from sklearn.metrics import adjusted_rand_score
 
-from clusterfed.algorithms import ClientInfo, ClientUpdate, ServerState, make
+from clusterfed.algorithms import ClientInfo, ClientUpdate, make
 from clusterfed.algorithms.ocfl import (
     OCFL,
+    OCFLState,
     assign_noise,
     cluster_models,
     merge_clusters,
@@ -33,9 +34,13 @@ def _centres(n: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((n, DIM)) * 5
 
 
-def _joined(strategy: OCFL, n: int, initial: np.ndarray | None = None) -> ServerState:
+def _rng() -> np.random.Generator:
+    return np.random.default_rng(0)
+
+
+def _joined(strategy: OCFL, n: int, initial: np.ndarray | None = None) -> OCFLState:
     initial = np.zeros(DIM, dtype=np.float32) if initial is None else initial
-    state = strategy.init_state(initial, np.random.default_rng(0))
+    state = strategy.init_state([initial])
     for i in range(n):
         state = strategy.on_join(state, ClientInfo(ClientId(i), n_train=10))
     return state
@@ -49,14 +54,14 @@ def _ended_at(
     return ClientUpdate(ClientId(client), ClusterId(cluster), "ok", base, delta, n, 0.5)
 
 
-def _clustered(strategy: OCFL, points: np.ndarray) -> ServerState:
+def _clustered(strategy: OCFL, points: np.ndarray) -> OCFLState:
     state = _joined(strategy, len(points))
-    base = state.extra["initial"]
+    base = state.initial
     updates = [_ended_at(i, p, base) for i, p in enumerate(points)]
-    return strategy.aggregate(state, 0, updates)
+    return strategy.aggregate(state, 0, updates, _rng())
 
 
-def _labels(state: ServerState, n: int) -> list[int]:
+def _labels(state: OCFLState, n: int) -> list[int]:
     return [state.assignment[ClientId(i)] for i in range(n)]
 
 
@@ -87,7 +92,7 @@ def test_cluster_models_are_sample_weighted_means_of_end_models() -> None:
     # Two tight pairs far apart; by hand: (1·a + 3·b) / 4 per pair.
     initial = np.zeros(2, dtype=np.float32)
     strategy = make("ocfl")
-    state = strategy.init_state(initial, np.random.default_rng(0))
+    state = strategy.init_state([initial])
     for i in range(4):
         state = strategy.on_join(state, ClientInfo(ClientId(i), 10))
     ends = [[0.0, 0.0], [0.0, 0.4], [10.0, 10.0], [10.4, 10.0]]
@@ -96,7 +101,7 @@ def test_cluster_models_are_sample_weighted_means_of_end_models() -> None:
         _ended_at(i, np.array(e, dtype=np.float32), initial, n=n)
         for i, (e, n) in enumerate(zip(ends, sizes, strict=True))
     ]
-    state = strategy.aggregate(state, 0, updates)
+    state = strategy.aggregate(state, 0, updates, _rng())
     assert _labels(state, 4) == [0, 0, 1, 1]
     assert_allclose(state.models[ClusterId(0)], [0.0, 0.3], atol=1e-6)
     assert_allclose(state.models[ClusterId(1)], [10.3, 10.0], atol=1e-6)
@@ -195,12 +200,12 @@ def test_the_clustering_round_sends_the_initial_model_with_cluster_epochs() -> N
     strategy = make("ocfl", cluster_epochs=3, fraction=0.2)
     state = _joined(strategy, 6)
     clients = [ClientInfo(ClientId(i), 10) for i in range(6)]
-    plans = strategy.plan_round(state, 0, clients)
+    plans = strategy.plan_round(state, 0, clients, _rng())
     assert [p.client for p in plans] == list(range(6))
     for plan in plans:
         assert dict(plan.overrides) == {"epochs": 3}
         (model,) = plan.models.values()
-        assert model is state.extra["initial"]
+        assert model is state.initial
 
 
 def test_later_rounds_sample_frac_of_each_cluster_without_overrides() -> None:
@@ -210,8 +215,7 @@ def test_later_rounds_sample_frac_of_each_cluster_without_overrides() -> None:
     clients = [ClientInfo(ClientId(i), 10) for i in range(10)]
     picks = []
     for _ in range(2):
-        state = state.replace(rng=np.random.default_rng(5))
-        plans = strategy.plan_round(state, 1, clients)
+        plans = strategy.plan_round(state, 1, clients, np.random.default_rng(5))
         picks.append([p.client for p in plans])
         for plan in plans:
             assert not plan.overrides
@@ -227,21 +231,21 @@ def test_a_tiny_frac_still_samples_one_client_per_cluster() -> None:
     strategy = make("ocfl", fraction=0.01)
     state = _clustered(strategy, points)
     clients = [ClientInfo(ClientId(i), 10) for i in range(15)]
-    plans = strategy.plan_round(state, 1, clients)
+    plans = strategy.plan_round(state, 1, clients, _rng())
     assert sorted(state.assignment[p.client] for p in plans) == [0, 1, 2]
 
 
 def test_fedavg_inside_each_cluster_by_hand() -> None:
     initial = np.zeros(2, dtype=np.float32)
     strategy = make("ocfl")
-    state = strategy.init_state(initial, np.random.default_rng(0))
+    state = strategy.init_state([initial])
     state = state.replace(
         models={
             ClusterId(0): np.array([1.0, 1.0], dtype=np.float32),
             ClusterId(1): np.array([5.0, 5.0], dtype=np.float32),
         },
         assignment={ClientId(0): 0, ClientId(1): 0, ClientId(2): 1},
-        extra={**state.extra, "clustered": True},
+        clustered=True,
     )
 
     def update(client: int, cluster: int, delta: list[float], n: int) -> ClientUpdate:
@@ -257,6 +261,7 @@ def test_fedavg_inside_each_cluster_by_hand() -> None:
             update(1, 0, [0.0, 2.0], 30),
             update(2, 1, [-1.0, 1.0], 7),
         ],
+        _rng(),
     )
     # cluster 0: [1,1] + (10·[1,0] + 30·[0,2]) / 40 = [1.25, 2.5]
     assert_allclose(new.models[ClusterId(0)], [1.25, 2.5])
@@ -271,15 +276,17 @@ def test_a_client_failing_the_clustering_round_is_placed_at_its_first_update() -
     points, truth = _planted(_centres(3))
     strategy = make("ocfl", cluster_epochs=2)
     state = _joined(strategy, 16)
-    base = state.extra["initial"]
+    base = state.initial
     updates = [_ended_at(i, p, base) for i, p in enumerate(points)]
     updates.append(ClientUpdate(ClientId(15), ClusterId(0), "failed", reason="down"))
-    state = strategy.aggregate(state, 0, updates)
-    assert state.extra["pending"] == {ClientId(15)}
+    state = strategy.aggregate(state, 0, updates, _rng())
+    assert state.pending == {ClientId(15)}
     assert state.assignment[ClientId(15)] in state.models
 
     clients = [ClientInfo(ClientId(i), 10) for i in range(16)]
-    plan = next(p for p in strategy.plan_round(state, 1, clients) if p.client == 15)
+    plan = next(
+        p for p in strategy.plan_round(state, 1, clients, _rng()) if p.client == 15
+    )
     assert dict(plan.overrides) == {"epochs": 2}
     assert next(iter(plan.models.values())) is base
 
@@ -287,9 +294,11 @@ def test_a_client_failing_the_clustering_round_is_placed_at_its_first_update() -
     # update (from the initial model) changes no cluster model.
     end = points[truth == 2].mean(axis=0) + 0.05
     (cluster,) = plan.models
-    new = strategy.aggregate(state, 1, [_ended_at(15, end, base, cluster=cluster)])
+    new = strategy.aggregate(
+        state, 1, [_ended_at(15, end, base, cluster=cluster)], _rng()
+    )
     assert new.assignment[ClientId(15)] == new.assignment[ClientId(10)]
-    assert not new.extra["pending"]
+    assert not new.pending
     for k, model in state.models.items():
         np.testing.assert_array_equal(new.models[k], model)
 
@@ -301,9 +310,9 @@ def test_a_late_joiner_waits_in_the_largest_cluster_until_placed() -> None:
     state = _clustered(strategy, points)
     state = strategy.on_join(state, ClientInfo(ClientId(20), 10, joined_round=4))
     assert state.assignment[ClientId(20)] == state.assignment[ClientId(0)]
-    assert ClientId(20) in state.extra["pending"]
+    assert ClientId(20) in state.pending
     state = strategy.on_leave(state, ClientId(20))
-    assert ClientId(20) not in state.extra["pending"]
+    assert ClientId(20) not in state.pending
 
 
 # -- options ---------------------------------------------------------------------

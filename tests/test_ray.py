@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 import clusterfed
-from clusterfed.actors.ray_runtime import RayRuntime
+from clusterfed.actors.runtimes.ray import RayRuntime
 from clusterfed.scenarios import Join
 from helpers import small_scenario
 
@@ -71,26 +71,37 @@ def test_one_actor_per_client_gives_the_same_results(tmp_path: Path) -> None:
     assert _accuracies(packed.rows) == _accuracies(single.rows)
 
 
-class KillingRay(RayRuntime):
-    """Kills its first host actor just before round `at`."""
+class HostKiller:
+    """Kills the first host actor after round `after` (an `on_round` hook:
+    the federation runs in its own Ray actor; the driver only sees rows)."""
 
-    def __init__(self, at: int, **options: Any) -> None:
-        super().__init__(**options)
-        self.at = at
+    def __init__(self, after: int, restart: bool) -> None:
+        self.after = after
+        self.restart = restart
         self.victims: list[int] = []
 
-    async def run_round(self, round: int) -> Any:
-        if round == self.at:
-            host = self.hosts[0]
-            self.victims = sorted(c for c, h in self.home.items() if h is host)
-            ray.kill(host, no_restart=self.max_restarts == 0)
-        return await super().run_round(round)
+    def __call__(self, row: dict[str, Any]) -> None:
+        if row["round"] != self.after:
+            return
+        (name,) = [
+            n
+            for n in ray.util.list_named_actors()
+            if n.startswith("clusterfed-host-") and n.endswith("-0")
+        ]
+        host = ray.get_actor(name)
+        self.victims = ray.get(host.clients.remote())
+        ray.kill(host, no_restart=not self.restart)
 
 
 def test_a_killed_host_fails_its_clients_and_the_run_finishes(tmp_path: Path) -> None:
-    runtime = KillingRay(at=2, clients_per_host=3)
-    result = clusterfed.run(small_scenario(rounds=4), out=tmp_path, runtime=runtime)
-    victims = runtime.victims
+    killer = HostKiller(after=1, restart=False)
+    result = clusterfed.run(
+        small_scenario(rounds=4),
+        out=tmp_path,
+        runtime=RayRuntime(clients_per_host=3),
+        on_round=killer,
+    )
+    victims = killer.victims
     assert len(victims) == 3
     for row in result.rows:
         failed = sorted(c["id"] for c in row["clients"] if c["failed"])
@@ -103,9 +114,14 @@ def test_a_killed_host_fails_its_clients_and_the_run_finishes(tmp_path: Path) ->
 
 
 def test_a_restarted_host_brings_its_clients_back(tmp_path: Path) -> None:
-    runtime = KillingRay(at=2, clients_per_host=3, max_restarts=1)
-    result = clusterfed.run(small_scenario(rounds=4), out=tmp_path, runtime=runtime)
-    victims = runtime.victims
+    killer = HostKiller(after=1, restart=True)
+    result = clusterfed.run(
+        small_scenario(rounds=4),
+        out=tmp_path,
+        runtime=RayRuntime(clients_per_host=3, max_restarts=1),
+        on_round=killer,
+    )
+    victims = killer.victims
     assert len(victims) == 3
     # The clients miss the round their host died in and are back the next.
     failed = [sorted(c["id"] for c in r["clients"] if c["failed"]) for r in result.rows]

@@ -9,29 +9,13 @@ import msgpack
 import numpy as np
 import pytest
 
-from clusterfed.actors import Client, ParameterServer, build_server
+from clusterfed.actors import Client, ParameterServer
+from clusterfed.actors.phases import train_tasks
 from clusterfed.protocol import ErrorReply, Welcome, decode, encode
 from clusterfed.protocol.messages import Envelope, UpdateReply
 from clusterfed.scenarios import plan_run
 from clusterfed.types import ClientId
-from helpers import small_scenario
-
-Tamper = Callable[[ClientId, bytes, bytes], bytes]
-
-
-class TamperingTransport:
-    """In-process clients; `tamper(client, request, reply)` may rewrite a reply
-    or raise to make the exchange fail."""
-
-    def __init__(
-        self, clients: dict[ClientId, Client], tamper: Tamper | None = None
-    ) -> None:
-        self.clients = clients
-        self.tamper = tamper
-
-    async def request(self, client: ClientId, data: bytes) -> bytes:
-        reply = await self.clients[client].handle(data)
-        return self.tamper(client, data, reply) if self.tamper else reply
+from helpers import Tamper, TamperingRuntime, small_scenario, start_server
 
 
 def run_rounds(
@@ -39,12 +23,7 @@ def run_rounds(
 ):  # type: ignore[no-untyped-def]
     async def go() -> tuple[ParameterServer, list]:
         plan = plan_run(small_scenario(rounds=rounds))
-        clients = {ClientId(s.id): Client(s) for s in plan.clients}
-        server = build_server(plan.server, TamperingTransport(clients, tamper), {})
-        for client in clients.values():
-            assert isinstance(
-                decode(await server.handle(client.join_request())).payload, Welcome
-            )
+        server = await start_server(plan, TamperingRuntime(tamper))
         outcomes = []
         for r in range(rounds):
             if between:
@@ -160,14 +139,14 @@ def test_task_overrides_change_one_task_only() -> None:
     from clusterfed.protocol import TrainTask
 
     plan = plan_run(small_scenario())
-    server = build_server(plan.server, TamperingTransport({}), {})
-    weights = plan.server.initial
-    tasks = server._tasks(
+    weights = plan.initial
+    tasks = train_tasks(
         [
             TaskPlan(ClientId(0), {0: weights}, {"epochs": 3}),
             TaskPlan(ClientId(1), {0: weights}),
             TaskPlan(ClientId(2), {0: weights}, {"epochs": 3}),
-        ]
+        ],
+        plan.train_config,
     )
     assert all(isinstance(t, TrainTask) for t in tasks)
     assert [t.config.epochs for t in tasks] == [3, 1, 3]
@@ -187,11 +166,7 @@ def run_cafa(rounds: int, tamper: Tamper | None = None):  # type: ignore[no-unty
             clients=8,
             rounds=rounds,
         )
-        plan = plan_run(scenario)
-        clients = {ClientId(s.id): Client(s) for s in plan.clients}
-        server = build_server(plan.server, TamperingTransport(clients, tamper), {})
-        for client in clients.values():
-            await server.handle(client.join_request())
+        server = await start_server(plan_run(scenario), TamperingRuntime(tamper))
         return server, [await server.run_round(r) for r in range(rounds)]
 
     return asyncio.run(go())

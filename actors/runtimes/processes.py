@@ -1,6 +1,7 @@
-"""Client actors hosted in worker processes of the local runtime.
+"""The processes runtime (the local default): client actors in forked workers.
 
-Each worker is a forked process that hosts a fixed share of the clients. A
+Each worker is a forked process with one torch thread and one `ClientHost`,
+hosting a fixed share of the clients. A
 client stays on the worker it was first given, so whatever it keeps between
 rounds (a privacy accountant, say) stays with it; a new client goes to the
 worker with the fewest training samples, which balances the rounds. Training
@@ -9,7 +10,10 @@ worker finds its next request waiting as soon as it replies. Between the event
 loop and a worker, frames carry the encoded protocol message unchanged:
 
     header: kind (1 byte), client id (8), body length (8), little-endian
-    register: body = the client's spec as JSON    (no reply)
+    join:     body = the client's spec as JSON    → reply: its join request
+    register: body = the client's spec as JSON    (no reply; a new spec, or a
+                                                    client a new worker lost)
+    leave:    body = the reason                   → reply: its leave notice
     deliver:  body = an encoded request           → reply: the encoded reply,
                                                     or no-reply (empty body)
     state:    empty body                          → reply: the client's state
@@ -40,14 +44,15 @@ import torch
 
 from clusterfed.types import ClientId
 
-from . import work
-from .client import Client
-from .faults import load_spec
-from .spec import ClientSpec
+from ..faults import load_spec
+from ..host import ClientHost
+from ..spec import ClientSpec
 
 _HEADER = struct.Struct("<BQQ")
 _BUFFER = 8 * 1024 * 1024
-REGISTER, DELIVER, REPLY, ERROR, STOP, NO_REPLY, STATE, RESTORE = range(1, 9)
+(REGISTER, DELIVER, REPLY, ERROR, STOP, NO_REPLY, STATE, RESTORE, JOIN, LEAVE) = range(
+    1, 11
+)
 
 
 class WorkerDied(ConnectionError):
@@ -87,6 +92,18 @@ class _Worker:
     async def call(self, spec: ClientSpec, data: bytes) -> bytes | None:
         """The client's reply to `data`; None if it does not answer."""
         return await self._ask(spec, DELIVER, data)
+
+    async def join(self, spec: ClientSpec) -> bytes:
+        self.known[spec.id] = spec
+        reply = await self._ask(spec, JOIN, spec.model_dump_json().encode())
+        assert reply is not None
+        return reply
+
+    async def leave(self, spec: ClientSpec, reason: str) -> bytes:
+        reply = await self._ask(spec, LEAVE, reason.encode())
+        self.known.pop(spec.id, None)
+        assert reply is not None
+        return reply
 
     async def state(self, spec: ClientSpec) -> Any:
         reply = await self._ask(spec, STATE, b"")
@@ -153,8 +170,10 @@ class _Worker:
             await asyncio.gather(self._reading, return_exceptions=True)
 
 
-class ProcessHosts:
-    """A pool of worker processes that serve client requests (a `Transport`)."""
+class ProcessRuntime:
+    """Hosts clients in `workers` forked processes (a `Runtime`)."""
+
+    name = "local"
 
     def __init__(self, workers: int) -> None:
         if workers < 1:
@@ -164,27 +183,46 @@ class ProcessHosts:
         self.home: dict[ClientId, int] = {}
         self._load = [0] * workers
         self._workers: dict[int, _Worker] = {}
+        self._torch_threads = torch.get_num_threads()
 
     async def start(self) -> None:
+        # The event loop's process trains nothing; one thread leaves the
+        # cores to the workers (forked with it).
+        torch.set_num_threads(1)
         for index in range(self.n_workers):
             await self._spawn(index)
 
-    def add(self, specs: Sequence[ClientSpec]) -> None:
-        """Host clients (or replace their specs); larger clients are placed first."""
+    async def add(self, specs: Sequence[ClientSpec]) -> list[bytes]:
+        """Host new clients, larger ones placed first on the least loaded
+        worker; returns their join requests in the order of `specs`."""
         for spec in sorted(specs, key=lambda s: (-len(s.train), s.id)):
             client = ClientId(spec.id)
+            if client in self.home:
+                raise ValueError(f"client {spec.id} is already hosted")
+            worker = min(range(self.n_workers), key=lambda w: (self._load[w], w))
+            self.home[client] = worker
+            self._load[worker] += len(spec.train)
             self.specs[client] = spec
-            if client not in self.home:
-                worker = min(range(self.n_workers), key=lambda w: (self._load[w], w))
-                self.home[client] = worker
-                self._load[worker] += len(spec.train)
+        return [await self._workers[self.home[ClientId(s.id)]].join(s) for s in specs]
 
-    async def request(self, client: ClientId, data: bytes) -> bytes | None:
+    async def update(self, spec: ClientSpec) -> None:
+        """A new spec; it reaches the worker with the client's next request."""
+        client = ClientId(spec.id)
+        if client not in self.specs:
+            raise LookupError(f"no client {spec.id} in this runtime")
+        self.specs[client] = spec
+
+    async def remove(self, client: int, reason: str) -> bytes:
+        spec = self.specs.pop(ClientId(client))
+        worker = self._workers[self.home.pop(ClientId(client))]
+        return await worker.leave(spec, reason)
+
+    async def request(self, client: int, data: bytes) -> bytes | None:
         """The client's reply; None if it does not answer."""
-        spec = self.specs.get(client)
+        spec = self.specs.get(ClientId(client))
         if spec is None:
             raise LookupError(f"no client {client} in this runtime")
-        worker = self._workers[self.home[client]]
+        worker = self._workers[self.home[ClientId(client)]]
         try:
             return await worker.call(spec, data)
         except WorkerDied:
@@ -194,31 +232,37 @@ class ProcessHosts:
                 await self._spawn(worker.index)
             raise
 
-    async def states(self, clients: Sequence[ClientId]) -> dict[ClientId, Any]:
+    async def states(self) -> dict[int, Any]:
         """What each client keeps between rounds (see `Client.state`)."""
-        hosted = [c for c in clients if c in self.specs]
+        hosted = sorted(self.specs)
         found = await asyncio.gather(
             *(self._workers[self.home[c]].state(self.specs[c]) for c in hosted),
             return_exceptions=True,
         )
-        states: dict[ClientId, Any] = {}
+        states: dict[int, Any] = {}
         for client, state in zip(hosted, found, strict=True):
             if isinstance(state, WorkerDied):
                 continue  # its state died with its worker, as in the run
             if isinstance(state, BaseException):
                 raise state
             if state is not None:
-                states[client] = state
+                states[int(client)] = state
         return states
 
-    async def restore(self, states: Mapping[ClientId, Any]) -> None:
+    async def restore(self, states: Mapping[int, Any]) -> None:
         """Give each client its state back (sent before any request to it)."""
         for client, state in states.items():
-            await self._workers[self.home[client]].restore(self.specs[client], state)
+            cid = ClientId(client)
+            if cid in self.specs:
+                await self._workers[self.home[cid]].restore(self.specs[cid], state)
+
+    async def settle(self) -> None:
+        """Nothing restarts here: a dead worker is replaced when it is found."""
 
     async def close(self) -> None:
         workers, self._workers = list(self._workers.values()), {}
         await asyncio.gather(*(w.stop() for w in workers))
+        torch.set_num_threads(self._torch_threads)
 
     async def _spawn(self, index: int) -> None:
         worker = _Worker(index)
@@ -229,9 +273,8 @@ class ProcessHosts:
 def _serve(sock: socket.socket) -> None:
     """A worker's loop: build clients from specs, answer their requests."""
     torch.set_num_threads(1)
-    work.init_worker()
     loop = asyncio.new_event_loop()
-    clients: dict[int, Client] = {}
+    host = ClientHost()
     with sock:
         while True:
             header = _read_exactly(sock, _HEADER.size)
@@ -243,37 +286,44 @@ def _serve(sock: socket.socket) -> None:
                 return
             if kind == REGISTER:
                 spec = load_spec(body)
-                known = clients.get(client_id)
-                if known is None:
-                    clients[client_id] = Client(spec)
+                if client_id in host.clients:
+                    host.update(spec)  # it keeps its memory
                 else:
-                    known.update(spec)  # it keeps its memory
+                    host.add([spec])  # a client this (new) worker lost
                 continue
-            client = clients.get(client_id)
-            if kind in (STATE, RESTORE) and client is not None:
-                try:
-                    if kind == RESTORE:
-                        client.restore(pickle.loads(body))
-                        answer = b""
-                    else:
-                        answer = pickle.dumps(client.state())
-                except Exception as exc:
-                    text = f"{type(exc).__name__}: {exc}".encode()
-                    sock.sendall(_HEADER.pack(ERROR, client_id, len(text)) + text)
-                    continue
-                sock.sendall(_HEADER.pack(REPLY, client_id, len(answer)) + answer)
+            try:
+                answer = _answer(loop, host, kind, client_id, body)
+            except Exception as exc:
+                text = f"{type(exc).__name__}: {exc}".encode()
+                sock.sendall(_HEADER.pack(ERROR, client_id, len(text)) + text)
                 continue
-            if kind != DELIVER or client is None:
-                message = (
-                    f"frame kind {kind} for client {client_id} not understood".encode()
-                )
-                sock.sendall(_HEADER.pack(ERROR, client_id, len(message)) + message)
-                continue
-            reply = loop.run_until_complete(client.handle(body))
-            if reply is None:  # a faulty client that does not answer
+            if answer is None:  # a faulty client that does not answer
                 sock.sendall(_HEADER.pack(NO_REPLY, client_id, 0))
             else:
-                sock.sendall(_HEADER.pack(REPLY, client_id, len(reply)) + reply)
+                sock.sendall(_HEADER.pack(REPLY, client_id, len(answer)) + answer)
+
+
+def _answer(
+    loop: asyncio.AbstractEventLoop,
+    host: ClientHost,
+    kind: int,
+    client_id: int,
+    body: bytes,
+) -> bytes | None:
+    """A worker's answer to one frame that wants one."""
+    match kind:
+        case 9:  # JOIN
+            return host.add([load_spec(body)])[0]
+        case 10:  # LEAVE
+            return host.remove(client_id, body.decode())
+        case 2:  # DELIVER
+            return loop.run_until_complete(host.handle(client_id, body))
+        case 7:  # STATE
+            return pickle.dumps(host.states([client_id]).get(client_id))
+        case 8:  # RESTORE
+            host.restore({client_id: pickle.loads(body)})
+            return b""
+    raise ValueError(f"frame kind {kind} for client {client_id} not understood")
 
 
 def _read_exactly(sock: socket.socket, size: int) -> bytes | None:

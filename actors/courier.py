@@ -1,0 +1,168 @@
+"""The server's courier: requests out, replies in, judged the same way above
+every runtime.
+
+It numbers and encodes each request when it is sent (at most
+`max_in_flight` at a time, so memory holds a bounded number of encoded
+models however many clients there are), delivers it through the runtime,
+and judges what comes back: a client the scenario made unreachable fails at
+once; a runtime failure (a dead worker or actor) fails; no reply within
+`task_timeout_s` (wall clock) fails — a client that does not answer at all
+otherwise holds the round; undecodable bytes and replies that fail the books'
+checks are rejected. Request ids carry the message counter; replies are
+checked against the request they came back on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection, Mapping, Sequence
+
+from clusterfed.protocol import (
+    MAX_MESSAGE_BYTES,
+    Encoder,
+    Envelope,
+    ErrorReply,
+    Message,
+    ProtocolError,
+    decode,
+    encode,
+)
+from clusterfed.types import ClientId
+
+from .client import client_address
+from .outcome import Exchange
+from .runtimes import Runtime
+from .validation import ReplyBooks
+
+SERVER_ADDRESS = "server"
+
+
+class ClientUnreachable(ConnectionError):
+    """A client that crashed or dropped out does not answer."""
+
+
+class Courier:
+    """Delivers the server's requests through a runtime and judges replies.
+
+    Args:
+        runtime: hosts the clients.
+        books: what the reply checks remember (who left, what came this round).
+        task_timeout_s: wall-clock limit on one request; None waits forever.
+        max_message_bytes: replies larger than this are refused.
+        max_in_flight: requests outstanding at once.
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        books: ReplyBooks,
+        *,
+        task_timeout_s: float | None = None,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+        max_in_flight: int = 64,
+    ) -> None:
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+        self.runtime = runtime
+        self.books = books
+        self.task_timeout_s = task_timeout_s
+        self.max_message_bytes = max_message_bytes
+        self.max_in_flight = max_in_flight
+        self.unreachable: dict[ClientId, str] = {}
+        self.next_id = 0  # message ids: server:0, server:1, ...
+
+    def set_unreachable(self, clients: Mapping[int, str]) -> None:
+        """Who does not answer this round (crashed, dropped out), and why."""
+        self.unreachable = {ClientId(c): reason for c, reason in clients.items()}
+
+    async def round_trip(
+        self,
+        requests: Sequence[tuple[ClientId, Message]],
+        round: int,
+        members: Collection[ClientId],
+    ) -> list[Exchange]:
+        """Send the requests and judge every reply (in the order of `requests`);
+        `members` are the clients the server knows now."""
+        envelopes = [self.envelope(p, client_address(c), round) for c, p in requests]
+        encoder = Encoder()
+        slots = asyncio.Semaphore(self.max_in_flight)
+
+        async def one(client: ClientId, envelope: Envelope) -> Exchange:
+            async with slots:
+                data = encoder.encode(envelope)
+                return await self._exchange(client, envelope, data, members)
+
+        return list(
+            await asyncio.gather(
+                *(
+                    one(client, envelope)
+                    for (client, _), envelope in zip(requests, envelopes, strict=True)
+                )
+            )
+        )
+
+    def envelope(
+        self,
+        payload: Message,
+        recipient: str,
+        round: int,
+        in_reply_to: str | None = None,
+    ) -> Envelope:
+        msg_id = f"{SERVER_ADDRESS}:{self.next_id}"
+        self.next_id += 1
+        return Envelope(
+            msg_id=msg_id,
+            sender=SERVER_ADDRESS,
+            recipient=recipient,
+            round=round,
+            in_reply_to=in_reply_to,
+            payload=payload,
+        )
+
+    def encode(
+        self,
+        payload: Message,
+        recipient: str,
+        round: int,
+        in_reply_to: str | None = None,
+    ) -> bytes:
+        return encode(self.envelope(payload, recipient, round, in_reply_to))
+
+    async def _deliver(self, client: ClientId, data: bytes) -> bytes:
+        if client in self.unreachable:
+            raise ClientUnreachable(self.unreachable[client])
+        reply = await self.runtime.request(int(client), data)
+        if reply is None:  # the client does not answer: its reply never comes
+            await asyncio.Event().wait()
+        assert reply is not None
+        return reply
+
+    async def _exchange(
+        self,
+        client: ClientId,
+        request: Envelope,
+        data: bytes,
+        members: Collection[ClientId],
+    ) -> Exchange:
+        try:
+            raw = await asyncio.wait_for(
+                self._deliver(client, data), timeout=self.task_timeout_s
+            )
+        except TimeoutError:
+            return Exchange(
+                "failed", None, f"no reply within {self.task_timeout_s} s", len(data)
+            )
+        except Exception as exc:  # the runtime's own failure types (dead actor, ...)
+            return Exchange("failed", None, f"{type(exc).__name__}: {exc}", len(data))
+        try:
+            reply = decode(raw, max_bytes=self.max_message_bytes)
+        except ProtocolError as exc:
+            return Exchange("rejected", None, str(exc), len(data), len(raw))
+        problem = self.books.check_reply(reply, request, members)
+        if problem is not None:
+            return Exchange("rejected", None, problem, len(data), len(raw))
+        self.books.accept(reply, request)
+        if isinstance(reply.payload, ErrorReply):
+            problem = f"{reply.payload.code}: {reply.payload.message}"
+            return Exchange("failed", reply, problem, len(data), len(raw))
+        return Exchange("ok", reply, None, len(data), len(raw))

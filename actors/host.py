@@ -1,0 +1,68 @@
+"""A host of client actors: the one place their objects and state live.
+
+Every runtime hosts clients the same way, through a `ClientHost`: the inline
+runtime holds one, each worker process of the local runtime holds one, each
+Ray host actor wraps one. Its clients share the host's pool of scratch models
+and keep everything else (trainer, privacy accountant, a faulty client's
+memory) on their own objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .client import Client, keeps_state
+from .spec import ClientSpec, ScratchModels
+
+
+class ClientHost:
+    """Client actors hosted together; they serve one request at a time."""
+
+    def __init__(self) -> None:
+        self.clients: dict[int, Client] = {}
+        self.models = ScratchModels()
+
+    def add(self, specs: Sequence[ClientSpec]) -> list[bytes]:
+        """Host new clients; returns the join request each of them sends."""
+        joins = []
+        for spec in specs:
+            if spec.id in self.clients:
+                raise ValueError(f"client {spec.id} is already hosted here")
+            client = self.clients[spec.id] = Client(spec, self.models)
+            joins.append(client.join_request())
+        return joins
+
+    def update(self, spec: ClientSpec) -> None:
+        """A hosted client's new spec (a drift, a straggler, a new link); it
+        keeps what it remembers."""
+        self._client(spec.id).update(spec)
+
+    def remove(self, client: int, reason: str) -> bytes:
+        """Stop hosting a client; returns the leave notice it sends."""
+        return self.clients.pop(client).leave_notice(reason)
+
+    async def handle(self, client: int, data: bytes) -> bytes | None:
+        """The client's reply to `data`; None if it does not answer."""
+        return await self._client(client).handle(data)
+
+    def states(self, clients: Sequence[int] | None = None) -> dict[int, Any]:
+        """What hosted clients keep between rounds (see `Client.state`)."""
+        ids = sorted(self.clients) if clients is None else clients
+        found = {
+            cid: self.clients[cid].state()
+            for cid in ids
+            if cid in self.clients and keeps_state(self.clients[cid].spec)
+        }
+        return {cid: state for cid, state in found.items() if state is not None}
+
+    def restore(self, states: Mapping[int, Any]) -> None:
+        for cid, state in states.items():
+            if cid in self.clients:
+                self.clients[cid].restore(state)
+
+    def _client(self, client: int) -> Client:
+        found = self.clients.get(client)
+        if found is None:
+            raise LookupError(f"client {client} is not hosted here")
+        return found

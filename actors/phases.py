@@ -1,0 +1,323 @@
+"""The phases of a round: describe, train, probe, evaluate.
+
+Each phase builds its tasks, sends them through the courier, and judges every
+reply into the client's `ClientOutcome` (bytes, reason, status); the server
+hands what was accepted to the strategy. A phase's simulated length is its
+slowest reply that arrived (on the server's `SimClock`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from clusterfed.algorithms import ClientUpdate, PeerScore, ProbePlan, TaskPlan
+from clusterfed.protocol import (
+    ClassHistogram,
+    ClusterModel,
+    DescribeTask,
+    EvaluateReply,
+    EvaluateTask,
+    IdentityRule,
+    Message,
+    PeerModel,
+    ProbeReply,
+    ProbeTask,
+    TrainConfig,
+    TrainTask,
+    UpdateReply,
+)
+from clusterfed.types import ClientId, ClusterId
+
+from .clock import DeadlinePolicy, SimClock, close_round
+from .courier import Courier
+from .outcome import ClientOutcome, Exchange
+from .validation import check_histogram, check_probe, check_update
+
+
+@dataclass
+class RoundBooks:
+    """A round's shared books: the outcome of each client and every refusal."""
+
+    round: int
+    members: Collection[ClientId]
+    outcomes: dict[ClientId, ClientOutcome]
+    rejections: list[str] = field(default_factory=list)
+
+    def book(self, client: ClientId, exchange: Exchange) -> None:
+        """Count an exchange's bytes and, unless it went well, its reason."""
+        outcome = self.outcomes[client]
+        outcome.bytes_down += exchange.bytes_down
+        outcome.bytes_up += exchange.bytes_up
+        if exchange.status == "rejected":
+            self.rejections.append(f"client {client}: {exchange.reason}")
+        if exchange.status != "ok":
+            outcome.reason = exchange.reason
+
+
+def duration(clock: SimClock, client: ClientId, exchange: Exchange) -> float | None:
+    """Simulated time until the reply arrived; None if it never does."""
+    if exchange.status == "failed" or exchange.reply is None:
+        return None
+    payload = exchange.reply.payload
+    compute = (
+        payload.compute_s if isinstance(payload, UpdateReply | ProbeReply) else 0.0
+    )
+    return clock.exchange_s(client, exchange.bytes_down, compute, exchange.bytes_up)
+
+
+def _slowest(durations: Sequence[float | None]) -> float:
+    return max((d for d in durations if d is not None), default=0.0)
+
+
+def _prefixed(exchange: Exchange, phase: str) -> Exchange:
+    if exchange.status != "ok" and exchange.reason is not None:
+        return replace(exchange, reason=f"{phase}: {exchange.reason}")
+    return exchange
+
+
+async def describe(
+    courier: Courier,
+    clock: SimClock,
+    books: RoundBooks,
+    todo: Sequence[ClientId],
+    n_classes: int | None,
+) -> tuple[dict[ClientId, np.ndarray], set[ClientId], float]:
+    """Ask `todo` for their class histograms. Returns the accepted ones, the
+    clients that count as described (answered, or refused: not asked again),
+    and the phase's length."""
+    task = DescribeTask(want="class_histogram")
+    exchanges = await courier.round_trip(
+        [(c, task) for c in todo], books.round, books.members
+    )
+    histograms: dict[ClientId, np.ndarray] = {}
+    described: set[ClientId] = set()
+    durations = []
+    for client, exchange in zip(todo, exchanges, strict=True):
+        if exchange.status == "ok" and exchange.reply is not None:
+            reply = exchange.reply.payload
+            problem = check_histogram(reply, client, n_classes)
+            if problem is None and isinstance(reply, ClassHistogram):
+                histograms[client] = np.asarray(reply.counts, dtype=np.int64)
+                n_classes = len(reply.counts)
+            else:
+                exchange = replace(exchange, status="rejected", reason=problem)
+        exchange = _prefixed(exchange, "describe")
+        books.book(client, exchange)
+        if exchange.status != "failed":
+            described.add(client)
+        durations.append(duration(clock, client, exchange))
+    return histograms, described, _slowest(durations)
+
+
+async def train(
+    courier: Courier,
+    clock: SimClock,
+    books: RoundBooks,
+    plans: Sequence[TaskPlan],
+    config: TrainConfig,
+    deadline: DeadlinePolicy,
+    limits: UpdateLimits,
+) -> tuple[list[ClientUpdate], dict[ClientId, float], float]:
+    """Send the planned train tasks and judge each update. Returns the
+    updates (one per plan), the ε each client reported, the phase's length."""
+    tasks = train_tasks(plans, config)
+    exchanges = await courier.round_trip(
+        [(p.client, t) for p, t in zip(plans, tasks, strict=True)],
+        books.round,
+        books.members,
+    )
+    durations = {
+        p.client: duration(clock, p.client, e)
+        for p, e in zip(plans, exchanges, strict=True)
+    }
+    length, late = close_round(durations, deadline)
+    updates = []
+    updated: set[ClientId] = set()
+    epsilon: dict[ClientId, float] = {}
+    for plan, exchange in zip(plans, exchanges, strict=True):
+        update = judge_update(plan, exchange, limits)
+        if update.ok and plan.client in updated:
+            update = replace(
+                update,
+                status="rejected",
+                reason=f"duplicate: a second update from client {plan.client}"
+                f" in round {books.round}",
+            )
+        if update.ok and plan.client in late:
+            update = replace(update, status="late", reason="after the deadline")
+        if update.ok:
+            updated.add(plan.client)
+        outcome = books.outcomes[plan.client]
+        outcome.status = update.status
+        outcome.train_loss = update.loss
+        outcome.sim_s = durations[plan.client] or 0.0
+        reply = exchange.reply.payload if exchange.reply is not None else None
+        # A late update was trained all the same: its ε is spent.
+        if (
+            exchange.status == "ok"
+            and isinstance(reply, UpdateReply)
+            and reply.epsilon is not None
+        ):
+            epsilon[plan.client] = reply.epsilon
+        books.book(
+            plan.client,
+            replace(exchange, status=update.status, reason=update.reason),
+        )
+        updates.append(update)
+    return updates, epsilon, length
+
+
+@dataclass(frozen=True)
+class UpdateLimits:
+    """What an update must fit: the model's size and the norm bound."""
+
+    n_weights: int
+    max_update_norm: float | None = None
+
+
+def judge_update(
+    plan: TaskPlan, exchange: Exchange, limits: UpdateLimits
+) -> ClientUpdate:
+    """The update as the strategy sees it: accepted, or why not."""
+    first = next(iter(plan.models))
+    if exchange.status != "ok" or exchange.reply is None:
+        return ClientUpdate(plan.client, first, exchange.status, reason=exchange.reason)
+    reply = exchange.reply.payload
+    problem = check_update(reply, plan, limits.n_weights, limits.max_update_norm)
+    if problem is not None or not isinstance(reply, UpdateReply):
+        return ClientUpdate(plan.client, first, "rejected", reason=problem)
+    cluster = ClusterId(reply.cluster)
+    return ClientUpdate(
+        client=plan.client,
+        cluster=cluster,
+        status="ok",
+        base=plan.models[cluster],
+        delta=reply.delta,
+        n_samples=reply.n_samples,
+        loss=reply.loss,
+    )
+
+
+def train_tasks(plans: Sequence[TaskPlan], base: TrainConfig) -> list[TrainTask]:
+    """One task per plan; plans that send the same models share one object,
+    so the codec packs each model once per round."""
+    models: dict[tuple[int, int, int], ClusterModel] = {}
+    configs: dict[tuple[Any, ...], TrainConfig] = {(): base}
+    tasks: dict[tuple[Any, ...], TrainTask] = {}
+    result = []
+    for plan in plans:
+        changes = tuple(sorted(plan.overrides.items()))
+        if changes not in configs:
+            configs[changes] = TrainConfig.model_validate(
+                {**base.model_dump(), **plan.overrides}
+            )
+        sent = []
+        for k, weights in plan.models.items():
+            last = plan.last_updates.get(k)
+            key = (k, id(weights), id(last))
+            if key not in models:
+                models[key] = ClusterModel(cluster=k, weights=weights, last_update=last)
+            sent.append(models[key])
+        identity = (
+            IdentityRule(name=plan.identity, params=dict(plan.identity_params))
+            if plan.identity is not None
+            else None
+        )
+        task_key = (
+            changes,
+            tuple(id(m) for m in sent),
+            plan.identity,
+            tuple(sorted(plan.identity_params.items())),
+        )
+        if task_key not in tasks:
+            tasks[task_key] = TrainTask(
+                models=tuple(sent), config=configs[changes], identity=identity
+            )
+        result.append(tasks[task_key])
+    return result
+
+
+async def probe(
+    courier: Courier,
+    clock: SimClock,
+    books: RoundBooks,
+    plans: Sequence[ProbePlan],
+    updates: Sequence[ClientUpdate],
+) -> tuple[list[ClientUpdate], float]:
+    """Send the probe plans; the scores go onto the owners' updates as
+    `peer_scores`. Returns the updates and the phase's length (the slowest
+    probe: the server waits for every answer)."""
+    exchanges = await courier.round_trip(
+        [(p.client, t) for p, t in zip(plans, probe_tasks(plans), strict=True)],
+        books.round,
+        books.members,
+    )
+    scores: dict[ClientId, dict[ClientId, PeerScore]] = {}
+    durations = []
+    for plan, exchange in zip(plans, exchanges, strict=True):
+        if exchange.status == "ok" and exchange.reply is not None:
+            reply = exchange.reply.payload
+            problem = check_probe(reply, plan)
+            if problem is None and isinstance(reply, ProbeReply):
+                for score in reply.scores:
+                    scores.setdefault(ClientId(score.owner), {})[plan.client] = (
+                        PeerScore(score.accuracy, score.loss, reply.n_samples)
+                    )
+            else:
+                exchange = replace(exchange, status="rejected", reason=problem)
+        exchange = _prefixed(exchange, "probe")
+        books.book(plan.client, exchange)
+        durations.append(duration(clock, plan.client, exchange))
+    scored = [
+        replace(u, peer_scores=scores[u.client]) if u.client in scores else u
+        for u in updates
+    ]
+    return scored, _slowest(durations)
+
+
+def probe_tasks(plans: Sequence[ProbePlan]) -> list[ProbeTask]:
+    """One probe task per plan; a model sent to several clients is built once."""
+    models: dict[tuple[int, int], PeerModel] = {}
+    tasks = []
+    for plan in plans:
+        sent = []
+        for owner in sorted(plan.models):
+            weights = plan.models[owner]
+            key = (owner, id(weights))
+            if key not in models:
+                models[key] = PeerModel(owner=owner, weights=weights)
+            sent.append(models[key])
+        tasks.append(ProbeTask(models=tuple(sent)))
+    return tasks
+
+
+async def evaluate(
+    courier: Courier,
+    books: RoundBooks,
+    models: Mapping[ClientId, tuple[ClusterId, np.ndarray]],
+) -> None:
+    """Each client scores the model it is evaluated with on its held-out split."""
+    tasks: dict[tuple[int, int], EvaluateTask] = {}
+    requests: list[tuple[ClientId, Message]] = []
+    for client, (cluster, weights) in models.items():
+        key = (cluster, id(weights))
+        if key not in tasks:
+            tasks[key] = EvaluateTask(
+                model=ClusterModel(cluster=cluster, weights=weights)
+            )
+        requests.append((client, tasks[key]))
+    exchanges = await courier.round_trip(requests, books.round, books.members)
+    for (client, _), exchange in zip(requests, exchanges, strict=True):
+        reply = exchange.reply.payload if exchange.reply else None
+        if exchange.status == "ok" and not isinstance(reply, EvaluateReply):
+            kind = reply.kind if reply is not None else "nothing"
+            problem = f"expected an evaluate_reply, got {kind!r}"
+            exchange = replace(exchange, status="rejected", reason=problem)
+        books.book(client, exchange)
+        if isinstance(reply, EvaluateReply) and exchange.status == "ok":
+            outcome = books.outcomes[client]
+            outcome.acc, outcome.loss = reply.accuracy, reply.loss

@@ -1,0 +1,56 @@
+"""What a runtime is: it hosts client actors and delivers bytes to them.
+
+A runtime knows nothing of rounds, deadlines, reachability or timeouts: the
+server's courier (`actors/courier.py`) decides who is reachable, how long to
+wait and what a missing reply means, the same way above every runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from ..spec import ClientSpec
+
+
+class Runtime(Protocol):
+    """Hosts client actors (inline, in worker processes, in Ray actors)."""
+
+    name: str
+
+    async def start(self) -> None:
+        """Get ready to host clients (start workers, connect to Ray)."""
+        ...
+
+    async def add(self, specs: Sequence[ClientSpec]) -> list[bytes]:
+        """Host new clients; returns the encoded join request each one sends,
+        in the order of `specs`."""
+        ...
+
+    async def update(self, spec: ClientSpec) -> None:
+        """A hosted client's new spec (a drift, a straggler, a new link)."""
+        ...
+
+    async def remove(self, client: int, reason: str) -> bytes:
+        """Stop hosting a client; returns the encoded leave notice it sends."""
+        ...
+
+    async def request(self, client: int, data: bytes) -> bytes | None:
+        """Deliver an encoded request; the encoded reply, or None if the client
+        does not answer (a hung faulty client). Raises what the runtime raises
+        when the client cannot answer (a dead worker or actor)."""
+        ...
+
+    async def states(self) -> dict[int, Any]:
+        """What each hosted client keeps between rounds (for a checkpoint)."""
+        ...
+
+    async def restore(self, states: Mapping[int, Any]) -> None:
+        """Give hosted clients their state back, before any request."""
+        ...
+
+    async def settle(self) -> None:
+        """Between rounds: wait for hosts that are being restarted."""
+        ...
+
+    async def close(self) -> None: ...

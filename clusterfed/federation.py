@@ -1,0 +1,262 @@
+"""One object runs a federation: the strategy (built once), the parameter
+server, the scenario engine, the simulated clock, the results recorder and the
+runtime that hosts the clients.
+
+    round r:  engine fires the events due (through this object's membership
+              methods) → server.run_round(r) (describe · train · probe ·
+              aggregate · evaluate) → clock.advance → recorder.record
+
+`snapshot()`/`restore()` are the one place a checkpoint is taken and given
+back. Under Ray the whole object runs inside one Ray actor (`remote.py`) and
+the driver only asks it for rounds and streams the rows.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from clusterfed.actors import ClientSpec, ParameterServer, SimClock
+from clusterfed.actors.runtimes import Runtime
+from clusterfed.protocol import Shutdown, Welcome, decode
+from clusterfed.scenarios import RunPlan, Scenario, ScenarioEngine, plan_run
+from clusterfed.scenarios.build import STRATEGY_STREAM
+from clusterfed.seeding import numpy_rng
+
+from .checkpoint import Checkpoint, write_checkpoint
+from .results import Row, RunRecorder, cbcc_scores, mean_std
+
+OnRound = Callable[[Row], None]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Where a run wrote its results, its summary, and its per-round rows."""
+
+    out: Path
+    summary: dict[str, Any]
+    rows: list[dict[str, Any]]
+
+
+def build_server(
+    plan: RunPlan, runtime: Runtime, clock: SimClock | None = None
+) -> ParameterServer:
+    """The parameter server of `plan`, its clients hosted by `runtime`."""
+    s = plan.scenario
+    return ParameterServer(
+        strategy=plan.strategy,
+        initial_models=plan.initial_models,
+        train_config=s.train,
+        runtime=runtime,
+        rng=numpy_rng(s.seed, STRATEGY_STREAM),
+        clock=clock,
+        deadline=s.deadline,
+        task_timeout_s=s.task_timeout_s,
+        max_update_norm=s.max_update_norm,
+    )
+
+
+class Federation:
+    """A run of `scenario` on `runtime`, writing its results into `out`.
+
+    Args:
+        scenario: the resolved scenario.
+        runtime: hosts the clients (inline, processes, Ray hosts).
+        out: the results folder.
+        config: what config.json records about the run.
+        checkpoint_every: write a checkpoint after every N-th round.
+        resume: a checkpoint of a stopped run in `out` to go on from.
+    """
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        runtime: Runtime,
+        out: Path,
+        *,
+        config: Mapping[str, Any],
+        checkpoint_every: int | None = None,
+        resume: Checkpoint | None = None,
+    ) -> None:
+        self.scenario = scenario
+        self.out = out
+        self.runtime = runtime
+        self.config = dict(config)
+        self.checkpoint_every = checkpoint_every
+        self.plan = plan_run(scenario)
+        self.engine = ScenarioEngine(self.plan)
+        self.clock = SimClock()
+        self.server = build_server(self.plan, runtime, self.clock)
+        self._resume = resume
+        if resume is None:
+            self.recorder = RunRecorder(out, self.config)
+            self.first_round = 0
+        else:
+            # The same plan (all from the seed), then the checkpoint's position.
+            self.engine.restore(resume.engine)
+            self.recorder = RunRecorder(out, self.config, resume=resume.recorder)
+            self.first_round = resume.rounds_done
+
+    # -- the run ----------------------------------------------------------------
+
+    async def start(self) -> int:
+        """Start the runtime and let the clients join; returns the first round
+        to run (after a checkpoint's, when resuming)."""
+        await self.runtime.start()
+        if self._resume is None:
+            await self.add_clients(self.plan.clients)
+        else:
+            await self.add_clients(
+                [self.engine.specs[c] for c in sorted(self.engine.specs)]
+            )
+            self.restore(self._resume.server)
+            await self.runtime.restore(self._resume.clients)
+        return self.first_round
+
+    async def step(self, round: int) -> Row:
+        """Run one round: fire its events, run it, record it (and checkpoint)."""
+        events = await self.engine.begin_round(self, round, self.clock.now)
+        outcome = await self.server.run_round(round)
+        self.clock.advance(outcome.sim_duration)
+        await self.runtime.settle()
+        row = self.recorder.record(
+            outcome, groups=self.engine.groups, sim_time=self.clock.now, events=events
+        )
+        done = round + 1
+        every = self.checkpoint_every
+        if every and done % every == 0 and done < self.scenario.rounds:
+            await self.checkpoint()
+        return row
+
+    async def finish(self) -> tuple[dict[str, Any], list[Row]]:
+        """Write summary.json and the plots; return the summary and the rows."""
+        summary = self.recorder.finish(
+            algorithm=self.scenario.algorithm,
+            scenario=self.scenario.name,
+            extra=self._strategy_summary(),
+        )
+        return summary, self.recorder.rows
+
+    async def close(self) -> None:
+        """Tell the clients the run is over, then stop hosting them."""
+        try:
+            await self.server.shutdown()
+        finally:
+            await self.runtime.close()
+
+    # -- checkpoints --------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """The server's state and simulated now, between two rounds."""
+        return {**self.server.snapshot(), "sim_now": self.clock.now}
+
+    def restore(self, snapshot: Mapping[str, Any]) -> None:
+        self.server.restore(snapshot)
+        self.clock.now = float(snapshot["sim_now"])
+
+    async def checkpoint(self) -> Path:
+        """Write the run's state after its last recorded round."""
+        return write_checkpoint(
+            self.recorder.out,
+            Checkpoint(
+                rounds_done=len(self.recorder.rows),
+                scenario=self.config["scenario"],
+                server=self.snapshot(),
+                engine=self.engine.snapshot(),
+                recorder=self.recorder.snapshot(),
+                clients=await self.runtime.states(),
+            ),
+        )
+
+    # -- membership: what the scenario engine changes ------------------------------
+
+    async def add_clients(self, specs: Sequence[ClientSpec]) -> None:
+        """Host new clients; each sends its join request to the server."""
+        for spec in specs:
+            self.clock.profiles[spec.id] = spec.profile  # type: ignore[index]
+        for join in await self.runtime.add(specs):
+            reply = decode(await self.server.handle(join)).payload
+            if not isinstance(reply, Welcome):
+                raise RuntimeError(f"a client could not join: {reply}")
+
+    async def remove_client(self, client: int, reason: str) -> None:
+        """The client announces it leaves, then stops being hosted."""
+        notice = await self.runtime.remove(client, reason)
+        reply = decode(await self.server.handle(notice)).payload
+        if not isinstance(reply, Shutdown):
+            raise RuntimeError(f"client {client} could not leave: {reply}")
+
+    async def update_client(self, spec: ClientSpec) -> None:
+        """A client's new spec (a drift, a straggler, a new link)."""
+        self.clock.profiles[spec.id] = spec.profile  # type: ignore[index]
+        await self.runtime.update(spec)
+
+    def set_unreachable(self, clients: Mapping[int, str]) -> None:
+        self.server.courier.set_unreachable(clients)
+
+    async def handle(self, data: bytes) -> bytes:
+        """A message a client sends on its own (a restarted host's rejoin)."""
+        return await self.server.handle(data)
+
+    def _strategy_summary(self) -> dict[str, Any]:
+        """Summary keys scored from the strategy's last diagnostics against the
+        ground truth, which only the scenario knows: `cbcc` for CAFA."""
+        rows = self.recorder.rows
+        if not rows:
+            return {}
+        iid = self.scenario.partition.iid_groups()
+        engine = self.engine
+        truth = (
+            {
+                cid: engine.partition_groups[cid] in iid
+                for cid in engine.specs
+                if cid in engine.partition_groups
+            }
+            if iid is not None
+            else None
+        )
+        cbcc = cbcc_scores(rows[-1].get("strategy") or {}, truth)
+        return {} if cbcc is None else {"cbcc": cbcc}
+
+
+async def drive(
+    federation: Federation | Any,
+    *,
+    progress: bool = False,
+    on_round: OnRound | None = None,
+) -> RunResult:
+    """Run a federation's rounds (a `Federation`, or a `RemoteFederation` that
+    runs one in a Ray actor) from where it starts to the scenario's last, then
+    write its summary; it is closed whatever happens."""
+    scenario: Scenario = federation.scenario
+    bar = tqdm(
+        total=scenario.rounds, desc=scenario.name, disable=not progress, unit="round"
+    )
+    try:
+        first = await federation.start()
+        bar.update(first)
+        for round in range(first, scenario.rounds):
+            row = await federation.step(round)
+            if on_round is not None:
+                on_round(row)
+            accs = mean_std(row)
+            bar.set_postfix(
+                round=round,
+                acc=f"{accs[0]:.3f}" if accs else "-",
+                clusters=row["n_clusters"],
+            )
+            bar.update()
+        summary, rows = await federation.finish()
+    finally:
+        bar.close()
+        await federation.close()
+    return RunResult(federation.out, summary, rows)
+
+
+def canonical(data: Any) -> str:
+    return json.dumps(data, sort_keys=True)
