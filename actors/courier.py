@@ -8,13 +8,16 @@ and judges what comes back: a client the scenario made unreachable fails at
 once; a runtime failure (a dead worker or actor) fails; no reply within
 `task_timeout_s` (wall clock) fails — a client that does not answer at all
 otherwise holds the round; undecodable bytes and replies that fail the books'
-checks are rejected. Request ids carry the message counter; replies are
-checked against the request they came back on.
+checks are rejected. Request ids carry a random nonce of this run and the
+message counter (`3fa9c1:17`, as long as `server:17` was, so no byte count
+changes); replies are checked against the request they came back on and the
+client it was delivered to: a reply speaks for that client only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Collection, Mapping, Sequence
 
 from clusterfed.protocol import (
@@ -26,6 +29,7 @@ from clusterfed.protocol import (
     ProtocolError,
     decode,
     encode,
+    one_line,
 )
 from clusterfed.types import ClientId
 
@@ -35,6 +39,7 @@ from .runtimes import Runtime
 from .validation import ReplyBooks
 
 SERVER_ADDRESS = "server"
+NONCE_LENGTH = len(SERVER_ADDRESS)  # request ids keep the length they had
 
 
 class ClientUnreachable(ConnectionError):
@@ -69,7 +74,10 @@ class Courier:
         self.max_message_bytes = max_message_bytes
         self.max_in_flight = max_in_flight
         self.unreachable: dict[ClientId, str] = {}
-        self.next_id = 0  # message ids: server:0, server:1, ...
+        # Message ids: <nonce>:0, <nonce>:1, ... A reply to another run's
+        # request (a capture replayed) names another nonce and is refused.
+        self.nonce = secrets.token_hex(NONCE_LENGTH // 2)
+        self.next_id = 0
 
     def set_unreachable(self, clients: Mapping[int, str]) -> None:
         """Who does not answer this round (crashed, dropped out), and why."""
@@ -108,7 +116,7 @@ class Courier:
         round: int,
         in_reply_to: str | None = None,
     ) -> Envelope:
-        msg_id = f"{SERVER_ADDRESS}:{self.next_id}"
+        msg_id = f"{self.nonce}:{self.next_id}"
         self.next_id += 1
         return Envelope(
             msg_id=msg_id,
@@ -158,11 +166,12 @@ class Courier:
             reply = decode(raw, max_bytes=self.max_message_bytes)
         except ProtocolError as exc:
             return Exchange("rejected", None, str(exc), len(data), len(raw))
-        problem = self.books.check_reply(reply, request, members)
+        problem = self.books.check_reply(reply, request, client, members)
         if problem is not None:
             return Exchange("rejected", None, problem, len(data), len(raw))
-        self.books.accept(reply, request)
+        self.books.accept(reply, request, client)
         if isinstance(reply.payload, ErrorReply):
-            problem = f"{reply.payload.code}: {reply.payload.message}"
+            # The client's own words: one short printable line in the books.
+            problem = one_line(f"{reply.payload.code}: {reply.payload.message}")
             return Exchange("failed", reply, problem, len(data), len(raw))
         return Exchange("ok", reply, None, len(data), len(raw))

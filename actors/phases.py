@@ -8,13 +8,19 @@ slowest reply that arrived (on the server's `SimClock`).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from clusterfed.algorithms import ClientUpdate, PeerScore, ProbePlan, TaskPlan
+from clusterfed.algorithms import (
+    ClientInfo,
+    ClientUpdate,
+    PeerScore,
+    ProbePlan,
+    TaskPlan,
+)
 from clusterfed.protocol import (
     ClassHistogram,
     ClusterModel,
@@ -35,7 +41,12 @@ from clusterfed.types import ClientId, ClusterId
 from .clock import DeadlinePolicy, SimClock, close_round
 from .courier import Courier
 from .outcome import ClientOutcome, Exchange
-from .validation import check_histogram, check_probe, check_update
+from .validation import (
+    check_evaluation,
+    check_histogram,
+    check_probe,
+    check_update,
+)
 
 
 @dataclass
@@ -43,7 +54,7 @@ class RoundBooks:
     """A round's shared books: the outcome of each client and every refusal."""
 
     round: int
-    members: Collection[ClientId]
+    members: Mapping[ClientId, ClientInfo]
     outcomes: dict[ClientId, ClientOutcome]
     rejections: list[str] = field(default_factory=list)
 
@@ -99,10 +110,13 @@ async def describe(
     for client, exchange in zip(todo, exchanges, strict=True):
         if exchange.status == "ok" and exchange.reply is not None:
             reply = exchange.reply.payload
-            problem = check_histogram(reply, client, n_classes)
+            declared = books.members.get(client)
+            problem = check_histogram(
+                reply, client, n_classes, declared.n_train if declared else None
+            )
             if problem is None and isinstance(reply, ClassHistogram):
                 histograms[client] = np.asarray(reply.counts, dtype=np.int64)
-                n_classes = len(reply.counts)
+                n_classes = len(reply.counts)  # when the scenario did not say
             else:
                 exchange = replace(exchange, status="rejected", reason=problem)
         exchange = _prefixed(exchange, "describe")
@@ -139,7 +153,10 @@ async def train(
     updated: set[ClientId] = set()
     epsilon: dict[ClientId, float] = {}
     for plan, exchange in zip(plans, exchanges, strict=True):
-        update = judge_update(plan, exchange, limits)
+        declared = books.members.get(plan.client)
+        update = judge_update(
+            plan, exchange, limits, declared.n_train if declared else None
+        )
         if update.ok and plan.client in updated:
             update = replace(
                 update,
@@ -180,14 +197,20 @@ class UpdateLimits:
 
 
 def judge_update(
-    plan: TaskPlan, exchange: Exchange, limits: UpdateLimits
+    plan: TaskPlan,
+    exchange: Exchange,
+    limits: UpdateLimits,
+    n_train: int | None = None,
 ) -> ClientUpdate:
-    """The update as the strategy sees it: accepted, or why not."""
+    """The update as the strategy sees it: accepted, or why not. `n_train`:
+    what the client declared at join, the most samples it can have used."""
     first = next(iter(plan.models))
     if exchange.status != "ok" or exchange.reply is None:
         return ClientUpdate(plan.client, first, exchange.status, reason=exchange.reason)
     reply = exchange.reply.payload
-    problem = check_update(reply, plan, limits.n_weights, limits.max_update_norm)
+    problem = check_update(
+        reply, plan, limits.n_weights, limits.max_update_norm, n_train
+    )
     if problem is not None or not isinstance(reply, UpdateReply):
         return ClientUpdate(plan.client, first, "rejected", reason=problem)
     cluster = ClusterId(reply.cluster)
@@ -311,12 +334,17 @@ async def evaluate(
             )
         requests.append((client, tasks[key]))
     exchanges = await courier.round_trip(requests, books.round, books.members)
-    for (client, _), exchange in zip(requests, exchanges, strict=True):
+    for (client, task), exchange in zip(requests, exchanges, strict=True):
         reply = exchange.reply.payload if exchange.reply else None
-        if exchange.status == "ok" and not isinstance(reply, EvaluateReply):
-            kind = reply.kind if reply is not None else "nothing"
-            problem = f"expected an evaluate_reply, got {kind!r}"
-            exchange = replace(exchange, status="rejected", reason=problem)
+        if exchange.status == "ok":
+            assert isinstance(task, EvaluateTask)
+            problem = (
+                check_evaluation(reply, task.model.cluster)
+                if reply is not None
+                else "expected an evaluate_reply, got nothing"
+            )
+            if problem is not None:
+                exchange = replace(exchange, status="rejected", reason=problem)
         books.book(client, exchange)
         if isinstance(reply, EvaluateReply) and exchange.status == "ok":
             outcome = books.outcomes[client]

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from clusterfed.algorithms import ClientInfo, ServerState, Strategy
+from clusterfed.errors import ConfigError
 from clusterfed.protocol import (
     MAX_MESSAGE_BYTES,
     ErrorReply,
@@ -42,7 +43,14 @@ from .courier import Courier
 from .outcome import ClientOutcome, RoundOutcome
 from .phases import RoundBooks, UpdateLimits
 from .runtimes import Runtime
-from .validation import REPLY_KINDS, ReplyBooks
+from .validation import (
+    REPLY_KINDS,
+    ReplyBooks,
+    check_models,
+    check_snapshot,
+    client_of,
+    membership_problem,
+)
 
 
 class ParameterServer:
@@ -63,6 +71,9 @@ class ParameterServer:
             refused; None: no bound.
         max_in_flight: requests outstanding at once (bounds the memory of
             encoded models in flight; enough to keep every worker busy).
+        n_classes: the dataset's class count (from the scenario): a class
+            histogram of another length is refused. None: the first
+            accepted histogram's length.
     """
 
     def __init__(
@@ -79,6 +90,7 @@ class ParameterServer:
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         max_update_norm: float | None = None,
         max_in_flight: int = 64,
+        n_classes: int | None = None,
     ) -> None:
         models = [np.asarray(m, dtype=np.float32) for m in initial_models]
         self.strategy = strategy
@@ -103,12 +115,22 @@ class ParameterServer:
         self.epsilon: dict[ClientId, float] = {}
         # Clients that answered the strategy's describe task (or were refused).
         self.described: set[ClientId] = set()
-        self.n_classes: int | None = None  # the length of the first histogram
+        self.n_classes = n_classes
+        self._in_round = False
+        self._leaving: list[ClientId] = []  # leaves that came during a round
 
     # -- membership and inbound messages ---------------------------------------
 
-    async def handle(self, data: bytes) -> bytes:
-        """Serve a message a client sent on its own (a join or leave)."""
+    async def handle(self, data: bytes, client: int | None = None) -> bytes:
+        """Serve a message a client sent on its own (a join or leave).
+
+        `client` is the client the runtime delivered it from (the transport's
+        identity): a message whose sender, or whose join or leave, names
+        another client is refused and counted. None: the runtime's own
+        delivery of a client's message (a restarted host's rejoin), whose
+        sender it vouches for. A leave during a round takes effect when the
+        round ends.
+        """
         try:
             request = decode(data, max_bytes=self.courier.max_message_bytes)
         except ProtocolError as exc:
@@ -116,14 +138,29 @@ class ParameterServer:
             return self.courier.encode(
                 ErrorReply(code="bad_message", message=str(exc)), "unknown", -1
             )
+        sender = client_of(request.sender)
+        forged = (
+            f"inbound {request.payload.kind!r}: sender {request.sender!r}"
+            f" came from client {client}: a client speaks only as itself"
+            if client is not None and sender != client
+            else membership_problem(request.payload, sender)
+            if sender is not None
+            else None
+        )
         match request.payload:
+            case _ if forged is not None:
+                self._rejections.append(forged)
+                reply: Message = ErrorReply(code="refused", message=forged)
             case JoinRequest(client_id=cid) if request.sender == client_address(cid):
                 cluster = self.join(
                     ClientInfo(ClientId(cid), request.payload.n_train, self.round)
                 )
-                reply: Message = Welcome(client_id=cid, cluster=cluster)
+                reply = Welcome(client_id=cid, cluster=cluster)
             case LeaveNotice(client_id=cid) if request.sender == client_address(cid):
-                self.leave(ClientId(cid))
+                if self._in_round:  # the round's books still hold it
+                    self._leaving.append(ClientId(cid))
+                else:
+                    self.leave(ClientId(cid))
                 reply = Shutdown(reason="leave acknowledged")
             case other if other.kind in REPLY_KINDS:
                 reason = self.books.check_inbound(request, self.clients)
@@ -155,7 +192,21 @@ class ParameterServer:
     # -- the round ------------------------------------------------------------
 
     async def run_round(self, round: int) -> RoundOutcome:
-        """Describe, plan, train, probe, aggregate and evaluate one round."""
+        """Describe, plan, train, probe, aggregate and evaluate one round.
+
+        A client that announces it leaves during the round leaves when the
+        round ends: the round's plans and books still hold it.
+        """
+        self._in_round = True
+        try:
+            return await self._round(round)
+        finally:
+            self._in_round = False
+            leaving, self._leaving = self._leaving, []
+            for client in leaving:
+                self.leave(client)
+
+    async def _round(self, round: int) -> RoundOutcome:
         self.round = round
         self.books.begin_round(round)
         active = [self.clients[c] for c in sorted(self.clients)]
@@ -189,7 +240,15 @@ class ParameterServer:
             updates, probing = await phases.probe(
                 self.courier, self.clock, books, probes, updates
             )
-        self.state = self.strategy.aggregate(self.state, round, updates, self.rng)
+        aggregated = self.strategy.aggregate(self.state, round, updates, self.rng)
+        problem = check_models(aggregated.models)
+        if problem is None:
+            self.state = aggregated
+        else:  # the updates' checks make this rare; the run keeps its models
+            self._rejections.append(
+                f"round {round}: aggregation refused, {problem};"
+                " the models stay as they were"
+            )
         await phases.evaluate(
             self.courier,
             books,
@@ -253,7 +312,18 @@ class ParameterServer:
         }
 
     def restore(self, snapshot: Mapping[str, Any]) -> None:
-        """Take back what `snapshot` returned (after the clients rejoined)."""
+        """Take back what `snapshot` returned (after the clients rejoined).
+
+        Raises:
+            ConfigError: the snapshot does not fit this run (a model of
+                another size, NaN or Inf in a model, another strategy's
+                state, a damaged registry): it is refused, never resumed.
+        """
+        problem = check_snapshot(
+            snapshot, self.strategy.state_type, self.limits.n_weights
+        )
+        if problem is not None:
+            raise ConfigError(f"checkpoint refused: {problem}")
         self.round = snapshot["round"]
         self.state = snapshot["state"]
         self.rng = snapshot["rng"]

@@ -5,12 +5,22 @@ truncated bytes, a wrong protocol version, NaN or Inf in a tensor). What is
 left are messages that are well-formed but wrong here:
 
 - a reply from an unknown client, or from one that has left;
-- a reply for a round that is over (a replay of an old reply);
-- a duplicate: a message already received, or a second answer to a request
-  already answered, in this round;
+- a reply that speaks for another client than the one it came from (identity
+  is the transport's: which client actor the runtime delivered the request
+  to, never the `sender` a message declares);
+- a reply for a round that is over (a replay of an old reply), or to a
+  request of another run (request ids carry the run's nonce);
+- a duplicate: a message the same client already sent, or a second answer to
+  a request already answered, in this round (keyed on the client, so no
+  client can spend another's reply id);
+- a join or leave that names another client;
 - a reply that does not answer the request it came back on;
 - a payload of the wrong kind, an update for a cluster that was not sent, a
-  delta of the wrong shape or dtype, or one whose norm is above the bound.
+  delta of the wrong shape or dtype, one whose norm is above the bound or
+  that would make its model non-finite, a sample count outside [1, the
+  `n_train` the client declared when it joined], an evaluation of a cluster
+  that was not asked, a histogram of another length than the dataset's class
+  count or another total than the client's `n_train`.
 
 Each check returns the reason a person reads in `rounds.jsonl`, or None.
 `ReplyBooks` keeps what the checks need to remember: who left, and what was
@@ -19,25 +29,31 @@ received in the current round.
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Container
+from collections.abc import Container, Mapping
+from typing import Any
 
 import numpy as np
 
-from clusterfed.algorithms import ProbePlan, TaskPlan
+from clusterfed.algorithms import ClientInfo, ProbePlan, ServerState, TaskPlan
 from clusterfed.protocol import (
     ClassHistogram,
     Envelope,
+    EvaluateReply,
+    JoinRequest,
+    LeaveNotice,
     Message,
     ProbeReply,
     UpdateReply,
 )
-from clusterfed.types import ClientId
+from clusterfed.types import ClientId, ClusterId
 
 _CLIENT = re.compile(r"^client/(\d+)$")
 REPLY_KINDS = frozenset(
     {"update_reply", "evaluate_reply", "probe_reply", "class_histogram", "error"}
 )
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def client_of(address: str) -> ClientId | None:
@@ -54,7 +70,9 @@ class ReplyBooks:
         self.round = -1
         self.departed: set[ClientId] = set()
         self.answered: dict[str, ClientId] = {}  # request id → who answered it
-        self.received: set[str] = set()  # ids of the replies accepted
+        # (client, message id) of the replies accepted: a message id is the
+        # sender's to choose, so it is only unique per client.
+        self.received: set[tuple[ClientId, str]] = set()
 
     def begin_round(self, round: int) -> None:
         self.round = round
@@ -70,18 +88,38 @@ class ReplyBooks:
         return f"message from unknown client {sender!r}"
 
     def check_reply(
-        self, reply: Envelope, request: Envelope, clients: Container[ClientId]
+        self,
+        reply: Envelope,
+        request: Envelope,
+        client: ClientId,
+        clients: Container[ClientId],
     ) -> str | None:
-        """Why `reply` is not an acceptable answer to `request`, or None."""
+        """Why `reply`, delivered by the runtime from `client`, is not an
+        acceptable answer to `request`, or None."""
         problem = self.sender_problem(reply.sender, clients)
         if problem is not None:
             return problem
+        if client_of(reply.sender) != client:
+            return (
+                f"reply from {reply.sender!r} came from client {client}:"
+                " a client speaks only as itself"
+            )
         if 0 <= reply.round < request.round:
             return (
                 f"reply for round {reply.round}, which is over"
                 f" (this is round {request.round})"
             )
-        problem = self._duplicate(reply)
+        if reply.in_reply_to is not None and _nonce(reply.in_reply_to) != _nonce(
+            request.msg_id
+        ):
+            return (
+                f"stale: {reply.in_reply_to!r} is a request of another run;"
+                f" the reply does not answer {request.msg_id!r}"
+            )
+        problem = self._duplicate(reply, client)
+        if problem is not None:
+            return problem
+        problem = membership_problem(reply.payload, client)
         if problem is not None:
             return problem
         if (
@@ -95,12 +133,10 @@ class ReplyBooks:
             )
         return None
 
-    def accept(self, reply: Envelope, request: Envelope) -> None:
-        """Note a reply that answered its request."""
-        self.received.add(reply.msg_id)
-        client = client_of(reply.sender)
-        if client is not None:
-            self.answered[request.msg_id] = client
+    def accept(self, reply: Envelope, request: Envelope, client: ClientId) -> None:
+        """Note a reply from `client` that answered its request."""
+        self.received.add((client, reply.msg_id))
+        self.answered[request.msg_id] = client
 
     def check_inbound(self, message: Envelope, clients: Container[ClientId]) -> str:
         """Why a reply that came on its own (not on its request) is refused:
@@ -113,18 +149,19 @@ class ReplyBooks:
                 f"inbound {message.payload.kind!r} for round {message.round},"
                 f" which is over (this is round {self.round})"
             )
-        problem = self._duplicate(message)
+        client = client_of(message.sender)
+        problem = self._duplicate(message, client) if client is not None else None
         if problem is not None:
             return f"inbound {message.payload.kind!r}: {problem}"
         return (
             f"inbound {message.payload.kind!r} from {message.sender!r} is not accepted"
         )
 
-    def _duplicate(self, reply: Envelope) -> str | None:
-        if reply.msg_id in self.received:
+    def _duplicate(self, reply: Envelope, client: ClientId) -> str | None:
+        if (client, reply.msg_id) in self.received:
             return (
-                f"duplicate: message {reply.msg_id!r} was already received"
-                f" in round {self.round}"
+                f"duplicate: message {reply.msg_id!r} of client {client}"
+                f" was already received in round {self.round}"
             )
         if reply.in_reply_to is not None and reply.in_reply_to in self.answered:
             return (
@@ -134,10 +171,32 @@ class ReplyBooks:
         return None
 
 
+def _nonce(msg_id: str) -> str:
+    return msg_id.partition(":")[0]
+
+
+def membership_problem(payload: Message, client: ClientId) -> str | None:
+    """Why a join or leave from `client` is refused: it names another client."""
+    if isinstance(payload, JoinRequest | LeaveNotice) and payload.client_id != client:
+        return (
+            f"forged {payload.kind!r} for client {payload.client_id}"
+            f" from client {client}: a client speaks only as itself"
+        )
+    return None
+
+
 def check_update(
-    payload: Message, plan: TaskPlan, n_weights: int, max_norm: float | None
+    payload: Message,
+    plan: TaskPlan,
+    n_weights: int,
+    max_norm: float | None,
+    n_train: int | None = None,
 ) -> str | None:
-    """Why an update may not touch a model, or None."""
+    """Why an update may not touch a model, or None.
+
+    `n_train` is what the client declared when it joined: it cannot have
+    trained on more samples (nor on none).
+    """
     if not isinstance(payload, UpdateReply):
         return f"expected an update_reply, got {payload.kind!r}"
     if payload.cluster not in plan.models:
@@ -148,27 +207,62 @@ def check_update(
         )
     if payload.delta.dtype != np.float32:
         return f"delta dtype {payload.delta.dtype}, expected float32"
-    if max_norm is not None:
-        norm = float(np.sqrt(np.square(payload.delta, dtype=np.float64).sum()))
-        if norm > max_norm:
-            return f"delta norm {norm:.4g} is above max_update_norm = {max_norm:g}"
+    if n_train is not None and not 1 <= payload.n_samples <= n_train:
+        return (
+            f"n_samples {payload.n_samples} is outside [1, {n_train}],"
+            f" the client's n_train at join"
+        )
+    norm = float(np.sqrt(np.square(payload.delta, dtype=np.float64).sum()))
+    if max_norm is not None and norm > max_norm:
+        return f"delta norm {norm:.4g} is above max_update_norm = {max_norm:g}"
+    # A float32 model whose norm overflows float32 is as good as Inf: its
+    # next forward pass is. Checked on the cheap bound first.
+    base = plan.models[ClusterId(payload.cluster)]
+    if norm + float(np.abs(base).max(initial=0.0)) * np.sqrt(n_weights) > FLOAT32_MAX:
+        end = np.add(base, payload.delta, dtype=np.float64)
+        end_norm = float(np.sqrt(np.square(end).sum()))
+        if not end_norm <= FLOAT32_MAX:
+            return (
+                f"delta of norm {norm:.4g} would make cluster {payload.cluster}'s"
+                " model non-finite"
+            )
     return None
 
 
 def check_histogram(
-    payload: Message, client: ClientId, n_classes: int | None
+    payload: Message,
+    client: ClientId,
+    n_classes: int | None,
+    n_train: int | None = None,
 ) -> str | None:
+    """Why a class histogram is refused: `n_classes` is the dataset's class
+    count (from the scenario), `n_train` what the client declared at join."""
     if not isinstance(payload, ClassHistogram):
         return f"expected a class_histogram, got {payload.kind!r}"
     if payload.client_id != client:
         return f"histogram of client {payload.client_id}, asked client {client}"
-    if sum(payload.counts) == 0:
-        return "class histogram counts no sample"
     if n_classes is not None and len(payload.counts) != n_classes:
         return (
             f"class histogram of {len(payload.counts)} classes,"
-            f" the others have {n_classes}"
+            f" the dataset has {n_classes}"
         )
+    total = sum(payload.counts)
+    if total == 0:
+        return "class histogram counts no sample"
+    if n_train is not None and total != n_train:
+        return (
+            f"class histogram counts {total} samples, the client's n_train is {n_train}"
+        )
+    return None
+
+
+def check_evaluation(payload: Message, cluster: int) -> str | None:
+    """Why an evaluate reply is refused: it is not one, or scores another
+    cluster than the one asked."""
+    if not isinstance(payload, EvaluateReply):
+        return f"expected an evaluate_reply, got {payload.kind!r}"
+    if payload.cluster != cluster:
+        return f"evaluation of cluster {payload.cluster}, asked cluster {cluster}"
     return None
 
 
@@ -181,4 +275,91 @@ def check_probe(payload: Message, plan: ProbePlan) -> str | None:
             f"probe scores for models {sorted(owners)},"
             f" the task sent {sorted(plan.models)}"
         )
+    return None
+
+
+def check_models(models: Mapping[ClusterId, np.ndarray]) -> str | None:
+    """Why cluster models may not be kept: a weight, or the norm, not finite
+    in float32."""
+    for cluster, model in models.items():
+        norm = float(np.sqrt(np.square(model, dtype=np.float64).sum()))
+        if not norm <= FLOAT32_MAX:  # NaN fails too
+            return f"cluster {cluster}'s model would not be finite"
+    return None
+
+
+SNAPSHOT_KEYS = frozenset(
+    {
+        "round",
+        "state",
+        "rng",
+        "clients",
+        "next_id",
+        "epsilon",
+        "described",
+        "n_classes",
+        "departed",
+        "rejections",
+    }
+)
+
+
+def check_snapshot(
+    snapshot: Mapping[str, Any], state_type: type[ServerState], n_weights: int
+) -> str | None:
+    """Why a server snapshot (from a checkpoint) does not fit this run, or None.
+
+    A checkpoint is a trusted file (it is unpickled), but a damaged or edited
+    one must not resume silently: its state is checked as inbound state is.
+    """
+    missing = sorted(SNAPSHOT_KEYS - set(snapshot))
+    if missing:
+        return f"the server state lacks {', '.join(missing)}"
+    state = snapshot["state"]
+    if not isinstance(state, state_type):
+        return (
+            f"the strategy state is a {type(state).__name__},"
+            f" this run's strategy keeps a {state_type.__name__}"
+        )
+    if not state.models:
+        return "the strategy state holds no model"
+    for cluster, model in state.models.items():
+        if not isinstance(model, np.ndarray) or model.dtype != np.float32:
+            return f"cluster {cluster}'s model is not a float32 vector"
+        if model.shape != (n_weights,):
+            return (
+                f"cluster {cluster}'s model has shape {model.shape},"
+                f" the run's model has {n_weights} weights"
+            )
+        if not np.isfinite(model).all():
+            return f"cluster {cluster}'s model holds NaN or Inf"
+    problem = check_models(state.models)
+    if problem is not None:
+        return problem
+    clients = snapshot["clients"]
+    if not isinstance(clients, Mapping) or not all(
+        isinstance(info, ClientInfo) and info.id == cid and info.n_train >= 0
+        for cid, info in clients.items()
+    ):
+        return "the client registry is not one of client ids to their ClientInfo"
+    for cid, cluster in state.assignment.items():
+        if cid not in clients:
+            return f"client {cid} is assigned a cluster but is not registered"
+        if cluster not in state.models:
+            return f"client {cid} is assigned cluster {cluster}, which has no model"
+    if not isinstance(snapshot["rng"], np.random.Generator):
+        return "the strategy's random stream is not a numpy Generator"
+    for key in ("round", "next_id"):
+        value = snapshot[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            return f"{key} is {value!r}, expected a count"
+    epsilon = snapshot["epsilon"]
+    if not isinstance(epsilon, Mapping) or not all(
+        isinstance(e, float | int) and math.isfinite(e) and e >= 0
+        for e in epsilon.values()
+    ):
+        return "the privacy books (epsilon) hold a value that is not a finite ε"
+    n_classes = snapshot["n_classes"]
+    if n_classes is not None and (not isinstance(n_classes, int) or n_classes < 1):
+        return f"n_classes is {n_classes!r}"
     return None

@@ -58,6 +58,7 @@ def build_server(
         deadline=s.deadline,
         task_timeout_s=s.task_timeout_s,
         max_update_norm=s.max_update_norm,
+        n_classes=plan.dataset.n_classes,
     )
 
 
@@ -179,15 +180,16 @@ class Federation:
         """Host new clients; each sends its join request to the server."""
         for spec in specs:
             self.clock.profiles[spec.id] = spec.profile  # type: ignore[index]
-        for join in await self.runtime.add(specs):
-            reply = decode(await self.server.handle(join)).payload
+        joins = await self.runtime.add(specs)
+        for spec, join in zip(specs, joins, strict=True):
+            reply = decode(await self.server.handle(join, spec.id)).payload
             if not isinstance(reply, Welcome):
                 raise RuntimeError(f"a client could not join: {reply}")
 
     async def remove_client(self, client: int, reason: str) -> None:
         """The client announces it leaves, then stops being hosted."""
         notice = await self.runtime.remove(client, reason)
-        reply = decode(await self.server.handle(notice)).payload
+        reply = decode(await self.server.handle(notice, client)).payload
         if not isinstance(reply, Shutdown):
             raise RuntimeError(f"client {client} could not leave: {reply}")
 
@@ -199,9 +201,10 @@ class Federation:
     def set_unreachable(self, clients: Mapping[int, str]) -> None:
         self.server.courier.set_unreachable(clients)
 
-    async def handle(self, data: bytes) -> bytes:
-        """A message a client sends on its own (a restarted host's rejoin)."""
-        return await self.server.handle(data)
+    async def handle(self, data: bytes, client: int | None = None) -> bytes:
+        """A message a client sends on its own (a restarted host's rejoin);
+        `client`: the client the runtime got it from."""
+        return await self.server.handle(data, client)
 
     def _strategy_summary(self) -> dict[str, Any]:
         """Summary keys scored from the strategy's last diagnostics against the

@@ -6,11 +6,25 @@ process (a Ray worker, a test, another implementation) can speak it alone.
 
 from __future__ import annotations
 
-from .codec import MAX_MESSAGE_BYTES, Encoder, decode, describe, encode, encode_many
+from .codec import (
+    MAX_MESSAGE_BYTES,
+    MAX_REASON,
+    Encoder,
+    decode,
+    describe,
+    encode,
+    encode_many,
+    one_line,
+)
 from .errors import ClusterfedError, ProtocolError
 from .messages import (
     MAX_CLASSES,
+    MAX_COUNT,
+    MAX_EPSILON,
+    MAX_LOSS,
+    MAX_MODELS,
     MAX_PEER_MODELS,
+    MAX_SECONDS,
     MESSAGE_KINDS,
     ClassHistogram,
     ClusterModel,
@@ -38,8 +52,14 @@ from .version import PROTOCOL_VERSION
 
 __all__ = [
     "MAX_CLASSES",
+    "MAX_COUNT",
+    "MAX_EPSILON",
+    "MAX_LOSS",
     "MAX_MESSAGE_BYTES",
+    "MAX_MODELS",
     "MAX_PEER_MODELS",
+    "MAX_REASON",
+    "MAX_SECONDS",
     "MESSAGE_KINDS",
     "PROTOCOL_VERSION",
     "ClassHistogram",
@@ -71,4 +91,5 @@ __all__ = [
     "describe",
     "encode",
     "encode_many",
+    "one_line",
 ]

@@ -7,20 +7,49 @@ the problem, so a receiver can refuse and count a bad message and carry on.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, get_args
 
 import msgpack
 import numpy as np
+from annotated_types import MaxLen
 from pydantic import ValidationError
 
 from .errors import ProtocolError
-from .messages import ENVELOPE_ADAPTER, Envelope
+from .messages import ENVELOPE_ADAPTER, MAX_CLASSES, Envelope, Message
 from .tensor import TENSOR_EXT, pack_tensor, unpack_tensor
 from .version import PROTOCOL_VERSION
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 """Default limit on one encoded message (a 64M-parameter float32 model)."""
+MAX_ITEMS = 2 * MAX_CLASSES
+"""The longest array msgpack builds: past the longest any field allows (a
+class histogram), so the field's own limit names it below this."""
+MAX_KEYS = 64
+"""The most keys of any map in a message."""
+MAX_TEXT_BYTES = 64 * 1024
+"""The longest string (or binary) any message holds."""
+MAX_REASON = 300
+"""The longest refusal reason: one line, whatever was wrong and how often."""
+MAX_PROBLEMS = 3
+"""The validation problems a refusal names; the rest are counted."""
+
+
+def _item_limits() -> dict[str, dict[str, int]]:
+    """kind → {field: most items}, read from the message models' `max_length`."""
+    limits: dict[str, dict[str, int]] = {}
+    for model in get_args(get_args(Message)[0]):
+        kind = model.model_fields["kind"].default
+        for name, info in model.model_fields.items():
+            for meta in info.metadata:
+                if isinstance(meta, MaxLen) and name != "kind":
+                    limits.setdefault(kind, {})[name] = meta.max_length
+    return limits
+
+
+ITEM_LIMITS: Mapping[str, Mapping[str, int]] = _item_limits()
+"""Per message kind, the most items each sequence field may hold."""
 
 
 def _default(obj: Any) -> Any:
@@ -91,32 +120,84 @@ def decode(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES) -> Envelope:
             f"size: message of {len(data)} bytes is over the limit of {max_bytes}"
         )
     try:
-        raw = msgpack.unpackb(data, ext_hook=_ext_hook, raw=False)
+        # The limits bound what msgpack builds, not only the bytes it reads: a
+        # megabyte of one-byte empty maps would otherwise become a million
+        # objects, and a million validation errors.
+        raw = msgpack.unpackb(
+            data,
+            ext_hook=_ext_hook,
+            raw=False,
+            max_array_len=MAX_ITEMS,
+            max_map_len=MAX_KEYS,
+            max_str_len=MAX_TEXT_BYTES,
+            max_bin_len=MAX_TEXT_BYTES,
+            max_ext_len=max_bytes,
+        )
     except ProtocolError:
         raise
     except Exception as exc:  # msgpack raises several unrelated types
         detail = str(exc) or type(exc).__name__  # some carry no text
-        raise ProtocolError(f"truncated or malformed message: {detail}") from exc
+        raise ProtocolError(
+            one_line(f"truncated or malformed message: {detail}")
+        ) from exc
     if not isinstance(raw, dict):
         raise ProtocolError(f"expected a map at the top, got {type(raw).__name__}")
     version = raw.get("protocol_version")
     if version != PROTOCOL_VERSION:
         raise ProtocolError(
-            f"protocol_version: {version!r} is not supported"
-            f" (this side speaks {PROTOCOL_VERSION})"
+            one_line(
+                f"protocol_version: {version!r} is not supported"
+                f" (this side speaks {PROTOCOL_VERSION})"
+            )
         )
+    _check_items(raw.get("payload"))
     try:
         return ENVELOPE_ADAPTER.validate_python(raw)
     except ValidationError as exc:
-        raise ProtocolError(describe(exc)) from exc
+        raise ProtocolError(describe(exc, max_problems=MAX_PROBLEMS)) from exc
     except Exception as exc:
-        raise ProtocolError(f"invalid message: {exc}") from exc
+        raise ProtocolError(one_line(f"invalid message: {exc}")) from exc
 
 
-def describe(error: ValidationError) -> str:
-    """One line per problem: `field.path: what is wrong`."""
+def _check_items(payload: Any) -> None:
+    """Refuse a sequence field longer than its schema allows, before pydantic
+    builds (and judges) its items."""
+    if not isinstance(payload, dict):
+        return
+    kind = payload.get("kind")
+    limits = ITEM_LIMITS.get(kind) if isinstance(kind, str) else None
+    for name, most in (limits or {}).items():
+        value = payload.get(name)
+        if isinstance(value, list | dict) and len(value) > most:
+            raise ProtocolError(
+                f"payload.{kind}.{name}: {len(value)} items, at most {most}"
+            )
+
+
+def describe(error: ValidationError, *, max_problems: int | None = None) -> str:
+    """One entry per problem, `field.path: what is wrong`, joined by "; ".
+
+    With `max_problems`, only the first ones are named and the rest counted,
+    and the whole is one short line (`one_line`): a refusal reason stays
+    short however many items were wrong.
+    """
     problems = []
-    for item in error.errors(include_url=False, include_input=False):
+    items = error.errors(include_url=False, include_input=False)
+    for item in items[:max_problems]:
         where = ".".join(str(part) for part in item["loc"]) or "message"
         problems.append(f"{where}: {item['msg']}")
-    return "; ".join(problems)
+    if max_problems is None:
+        return "; ".join(problems)
+    if len(items) > max_problems:
+        problems.append(f"and {len(items) - max_problems} more")
+    return one_line("; ".join(problems))
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
+
+
+def one_line(text: str, limit: int = MAX_REASON) -> str:
+    """`text` as one printable line of at most `limit` characters: control
+    characters (newlines, terminal escapes) become spaces, the rest is cut."""
+    flat = _CONTROL.sub(" ", text[: limit * 4]).strip()
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

@@ -14,13 +14,33 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from .tensor import FlatVector
 from .version import PROTOCOL_VERSION
 
-NonNegInt = Annotated[int, Field(ge=0)]
-Count = Annotated[int, Field(ge=0, le=2**53)]
-
+MAX_COUNT = 2**31 - 1
+"""The largest count (of samples, of a class) a message may carry."""
+MAX_SECONDS = 1e9
+"""The longest simulated compute time a reply may claim (about 31 years)."""
+MAX_LOSS = 1e12
+"""The largest loss a reply may report."""
+MAX_EPSILON = 1e6
+"""The largest privacy spend (ε) a reply may report."""
 MAX_CLASSES = 65_536
 """The longest class histogram a client may send."""
 MAX_PEER_MODELS = 1024
 """The most models one probe task may carry."""
+MAX_MODELS = 1024
+"""The most models one train task may carry."""
+MAX_POLICY_PARAMS = 32
+"""The most parameters an identity rule may carry."""
+
+# Every number a peer reports is strict (no string, float or bool read as a
+# count, no string or bool read as a float) and bounded: a count that sums
+# into a model's weight, or a time that sums into the simulated clock, cannot
+# overflow what it is added to.
+NonNegInt = Annotated[int, Field(ge=0)]  # what the server builds (numpy ints too)
+Id = Annotated[int, Field(strict=True, ge=0, le=MAX_COUNT)]  # what a client reports
+Count = Annotated[int, Field(strict=True, ge=0, le=MAX_COUNT)]
+Loss = Annotated[float, Field(strict=True, ge=0, le=MAX_LOSS)]
+Seconds = Annotated[float, Field(strict=True, ge=0, le=MAX_SECONDS)]
+Share = Annotated[float, Field(strict=True, ge=0, le=1)]
 
 
 class _Frozen(BaseModel):
@@ -57,24 +77,26 @@ class IdentityRule(_Frozen):
     """How a client picks one of several models: a policy name and its params."""
 
     name: str = Field(min_length=1, max_length=64)
-    params: dict[str, PolicyParam] = Field(default_factory=dict)
+    params: dict[str, PolicyParam] = Field(
+        default_factory=dict, max_length=MAX_POLICY_PARAMS
+    )
 
 
 class JoinRequest(_Frozen):
     """A client asks to take part; it describes only how much data it holds."""
 
     kind: Literal["join_request"] = "join_request"
-    client_id: NonNegInt
-    n_train: NonNegInt
-    n_test: NonNegInt
+    client_id: Id
+    n_train: Count
+    n_test: Count
 
 
 class LeaveNotice(_Frozen):
     """A client leaves the federation for good."""
 
     kind: Literal["leave"] = "leave"
-    client_id: NonNegInt
-    reason: str = ""
+    client_id: Id
+    reason: str = Field("", max_length=1024)
 
 
 class Welcome(_Frozen):
@@ -89,7 +111,9 @@ class TrainTask(_Frozen):
     """Train from one of `models`: the only one, or the one `identity` picks."""
 
     kind: Literal["train_task"] = "train_task"
-    models: tuple[ClusterModel, ...] = Field(min_length=1)
+    models: tuple[ClusterModel, ...] = Field(
+        min_length=1, max_length=MAX_MODELS, fail_fast=True
+    )
     config: TrainConfig
     identity: IdentityRule | None = None
 
@@ -98,14 +122,16 @@ class UpdateReply(_Frozen):
     """A client's result: the delta (new − received weights) and its costs."""
 
     kind: Literal["update_reply"] = "update_reply"
-    cluster: NonNegInt
+    cluster: Id
     delta: FlatVector
-    n_samples: NonNegInt
-    loss: float
-    compute_s: float = Field(ge=0, description="simulated compute time")
+    n_samples: Count
+    loss: Loss
+    compute_s: Seconds = Field(description="simulated compute time")
     epsilon: float | None = Field(
         None,
+        strict=True,
         ge=0,
+        le=MAX_EPSILON,
         description="local DP: the privacy (ε at the run's δ) the client has"
         " spent so far, this update included; None without DP",
     )
@@ -120,10 +146,10 @@ class EvaluateTask(_Frozen):
 
 class EvaluateReply(_Frozen):
     kind: Literal["evaluate_reply"] = "evaluate_reply"
-    cluster: NonNegInt
-    accuracy: float = Field(ge=0, le=1)
-    loss: float
-    n_samples: NonNegInt
+    cluster: Id
+    accuracy: Share
+    loss: Loss
+    n_samples: Count
 
 
 class DescribeTask(_Frozen):
@@ -142,8 +168,10 @@ class ClassHistogram(_Frozen):
     """A client's answer to a describe task: its training samples per class."""
 
     kind: Literal["class_histogram"] = "class_histogram"
-    client_id: NonNegInt
-    counts: tuple[Count, ...] = Field(min_length=1, max_length=MAX_CLASSES)
+    client_id: Id
+    counts: tuple[Count, ...] = Field(
+        min_length=1, max_length=MAX_CLASSES, fail_fast=True
+    )
 
 
 class PeerModel(_Frozen):
@@ -158,31 +186,35 @@ class ProbeTask(_Frozen):
     client's held-out split: model sharing, as in CAFA's ABFA."""
 
     kind: Literal["probe_task"] = "probe_task"
-    models: tuple[PeerModel, ...] = Field(min_length=1, max_length=MAX_PEER_MODELS)
+    models: tuple[PeerModel, ...] = Field(
+        min_length=1, max_length=MAX_PEER_MODELS, fail_fast=True
+    )
 
 
 class ProbeScore(_Frozen):
     """How one peer's model did on the client's held-out split."""
 
-    owner: NonNegInt
-    accuracy: float = Field(ge=0, le=1)
-    loss: float
+    owner: Id
+    accuracy: Share
+    loss: Loss
 
 
 class ProbeReply(_Frozen):
     """One score per model of the probe task, on `n_samples` held-out samples."""
 
     kind: Literal["probe_reply"] = "probe_reply"
-    scores: tuple[ProbeScore, ...] = Field(min_length=1, max_length=MAX_PEER_MODELS)
-    n_samples: NonNegInt
-    compute_s: float = Field(ge=0, description="simulated compute time")
+    scores: tuple[ProbeScore, ...] = Field(
+        min_length=1, max_length=MAX_PEER_MODELS, fail_fast=True
+    )
+    n_samples: Count
+    compute_s: Seconds = Field(description="simulated compute time")
 
 
 class ErrorReply(_Frozen):
     """A request that could not be served, and why."""
 
     kind: Literal["error"] = "error"
-    code: str
+    code: str = Field(max_length=64)
     message: str
 
 
@@ -212,11 +244,13 @@ Message = Annotated[
 class Envelope(_Frozen):
     """One message on the wire: routing and versioning around a payload."""
 
-    protocol_version: int = PROTOCOL_VERSION
+    protocol_version: int = Field(PROTOCOL_VERSION, strict=True)
     msg_id: str = Field(min_length=1, max_length=128)
     sender: str = Field(min_length=1, max_length=128)
     recipient: str = Field(min_length=1, max_length=128)
-    round: int = Field(ge=-1, description="-1 outside any round, e.g. a join")
+    round: int = Field(
+        ge=-1, le=MAX_COUNT, strict=True, description="-1 outside any round"
+    )
     in_reply_to: str | None = Field(None, max_length=128)
     payload: Message
 
