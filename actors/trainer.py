@@ -149,10 +149,18 @@ class LocalTrainer:
         """DP-SGD through Opacus: Poisson batches, clipped per-sample
         gradients, Gaussian noise, every step counted by the accountant.
 
-        The model is wrapped in a `GradSampleModule` for the round only and
-        unwrapped after it: the wrapper shares the model's parameters, so the
-        delta is read from the model itself in its usual flat layout, and no
-        hook is left behind for evaluation or the identity probes.
+        Clipping is Opacus' fast gradient clipping ("ghost" mode): each
+        sample's gradient norm comes from its layer inputs and output
+        gradients, and a second backward pass of the loss reweighted by the
+        clipping factors gives the clipped sum, so per-sample gradients are
+        never materialized (2–4× faster than Opacus' hooks on our MLPs: see
+        bench/RESULTS.md). The maths, the noise and the accounting are those of
+        the hooks path.
+
+        The model is wrapped for the round only and unwrapped after it: the
+        wrapper shares the model's parameters, so the delta is read from the
+        model itself in its usual flat layout, and no hook is left behind for
+        evaluation or the identity probes.
         """
         self.check_budget(config)
         params, start, optimizer = self._start_round(weights, config)
@@ -167,25 +175,27 @@ class LocalTrainer:
             derive_seed(self.seed, round, DP_NOISE_KEY)
         )
         with quiet_opacus():
-            module, dp_optimizer, batches = privacy.engine.make_private(
+            module, dp_optimizer, criterion, batches = privacy.engine.make_private(
                 module=self.model,
                 optimizer=optimizer,
+                criterion=nn.CrossEntropyLoss(),
                 data_loader=loader,
                 noise_multiplier=privacy.noise_multiplier,
                 max_grad_norm=privacy.max_grad_norm,
                 poisson_sampling=True,
                 noise_generator=noise,
+                grad_sample_mode="ghost",
             )
         total_loss, seen = 0.0, 0
         try:
             with quiet_opacus():
                 for _ in range(config.epochs):
                     for x, y in batches:
-                        loss = F.cross_entropy(module(x), y)
+                        dp_optimizer.zero_grad(set_to_none=True)
+                        loss = criterion(module(x), y)
                         if len(y):  # a Poisson batch may be empty: noise only
                             total_loss += loss.item() * len(y)
                             seen += len(y)
-                        dp_optimizer.zero_grad(set_to_none=True)
                         loss.backward()
                         # Clip, add noise, count the step; then the proximal
                         # term, which reads no data, joins the noisy gradient.

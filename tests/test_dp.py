@@ -15,6 +15,7 @@ from torch import nn
 import clusterfed
 from clusterfed.actors import Client, InlineRuntime, LocalTrainer, build_trainer
 from clusterfed.actors.privacy import (
+    PrivacyBudgetError,
     PrivateTraining,
     plan_noise_multiplier,
     poisson_steps,
@@ -225,6 +226,70 @@ def test_the_accountant_records_the_planned_rate_and_steps() -> None:
     assert not hasattr(trainer.model, "autograd_grad_sample_hooks")  # unwrapped
 
 
+def _hooks_reference(
+    trainer: LocalTrainer, weights: np.ndarray, config: TrainConfig, round: int
+) -> np.ndarray:
+    """The same DP round through Opacus' default per-sample hooks (with the
+    trainer's own sampling and noise streams): the path clusterfed used before
+    fast gradient clipping, kept here as the reference."""
+    from torch.utils.data import DataLoader
+
+    from clusterfed.actors.privacy import quiet_opacus
+    from clusterfed.actors.trainer import DP_NOISE_KEY, DP_SAMPLING_KEY
+    from clusterfed.seeding import derive_seed
+
+    privacy = trainer.privacy
+    assert privacy is not None
+    params, _, optimizer = trainer._start_round(weights, config)
+    loader = DataLoader(
+        trainer._train_set,
+        batch_size=config.batch_size,
+        generator=torch.Generator().manual_seed(
+            derive_seed(trainer.seed, round, DP_SAMPLING_KEY)
+        ),
+    )
+    module, dp_optimizer, batches = privacy.engine.make_private(
+        module=trainer.model,
+        optimizer=optimizer,
+        data_loader=loader,
+        noise_multiplier=privacy.noise_multiplier,
+        max_grad_norm=privacy.max_grad_norm,
+        poisson_sampling=True,
+        noise_generator=torch.Generator().manual_seed(
+            derive_seed(trainer.seed, round, DP_NOISE_KEY)
+        ),
+    )
+    with quiet_opacus():
+        for _ in range(config.epochs):
+            for x, y in batches:
+                dp_optimizer.zero_grad(set_to_none=True)
+                torch.nn.functional.cross_entropy(module(x), y).backward()
+                dp_optimizer.step()
+    module.to_standard_module()
+    return get_flat(trainer.model) - weights
+
+
+@pytest.mark.parametrize("noise", [0.0, 1.1])
+def test_fast_gradient_clipping_equals_opacus_hooks(noise: float) -> None:
+    # Clipping at 0.05 binds for every sample of this model and data.
+    config = TrainConfig(lr=0.3, momentum=0.9, batch_size=8, epochs=2)
+
+    def private() -> PrivateTraining:
+        return PrivateTraining(
+            epsilon=math.inf, delta=1e-5, max_grad_norm=0.05, noise_multiplier=noise
+        )
+
+    ours = _tiny_trainer(30, private())
+    result = ours.train(_weights(), config, round=3)
+    reference = _tiny_trainer(30, private())
+    expected = _hooks_reference(reference, _weights(), config, round=3)
+    assert np.linalg.norm(expected) > 0
+    np.testing.assert_allclose(result.delta, expected, rtol=1e-5, atol=1e-7)
+    assert ours.privacy is not None and reference.privacy is not None
+    history = reference.privacy.engine.accountant.history
+    assert ours.privacy.engine.accountant.history == history
+
+
 def _train_task(weights: np.ndarray, config: TrainConfig, round: int = 0) -> bytes:
     task = TrainTask(models=(ClusterModel(cluster=0, weights=weights),), config=config)
     return encode(
@@ -403,3 +468,34 @@ def test_a_model_opacus_cannot_handle_is_refused_naming_model(
 
 def test_a_plain_trainer_has_no_budget_to_check() -> None:
     assert _tiny_trainer(30, None).check_budget(TrainConfig()) is None
+
+
+def test_the_budget_check_counts_every_epoch_of_the_task() -> None:
+    # 30 samples in batches of 8: 4 Poisson steps an epoch at rate 1/4 (what
+    # Opacus' DataLoader gives). With σ = 1.0 one epoch spends ε1 and two
+    # spend ε2 > ε1 (Opacus' own RDP accountant, at δ = 1e-5); a budget
+    # between them allows a 1-epoch task and refuses a 2-epoch one.
+    from opacus.accountants import RDPAccountant
+
+    def spent(steps: int) -> float:
+        accountant = RDPAccountant()
+        accountant.history = [(1.0, 0.25, steps)]
+        return accountant.get_epsilon(delta=1e-5)
+
+    one, two = spent(4), spent(8)
+    assert two > 1.2 * one
+    budget = (one + two) / 2
+
+    def trainer() -> LocalTrainer:
+        privacy = PrivateTraining(
+            epsilon=budget, delta=1e-5, max_grad_norm=1.0, noise_multiplier=1.0
+        )
+        return _tiny_trainer(30, privacy)
+
+    single = trainer().train(_weights(), TrainConfig(batch_size=8, epochs=1), 0)
+    assert single.epsilon is not None and single.epsilon <= budget
+    refusing = trainer()
+    with pytest.raises(PrivacyBudgetError, match="privacy budget spent"):
+        refusing.train(_weights(), TrainConfig(batch_size=8, epochs=2), 0)
+    assert refusing.privacy is not None
+    assert refusing.privacy.engine.accountant.history == []  # nothing trained
