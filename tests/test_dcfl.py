@@ -17,6 +17,7 @@ from clusterfed.algorithms.dcfl import (
     dunn_index,
     match_ids,
 )
+from clusterfed.algorithms import dcfl as dcfl_module
 from clusterfed.algorithms.distances import METRICS
 from clusterfed.types import ClientId, ClusterId
 
@@ -258,3 +259,21 @@ def test_affinity_propagation_that_does_not_converge_keeps_the_clustering() -> N
 def test_bad_options_raise_naming_the_value(params: dict, shown: str) -> None:
     with pytest.raises(ValueError, match=shown):
         make("dcfl", **params)
+
+
+@pytest.mark.parametrize(("index", "reclusters"), [(1.0, False), (0.999, True)])
+def test_a_dunn_index_of_exactly_one_keeps_the_clustering(
+    monkeypatch: pytest.MonkeyPatch, index: float, reclusters: bool
+) -> None:
+    # Algorithm 1 re-clusters only when the index is below 1; at exactly 1
+    # the clusters stand and affinity propagation draws nothing.
+    monkeypatch.setattr(dcfl_module, "dunn_index", lambda dist, labels: index)
+    dcfl = DCFL()
+    state = _two_clusters(dcfl, [0, 0, 1, 0, 1, 1])
+    rng = _rng()
+    before = rng.bit_generator.state
+    new = dcfl.aggregate(state, 3, _updates(dcfl, state, _group_ends()), rng)
+    assert new.dunn_index == index
+    assert new.reclustered is reclusters
+    assert (new.assignment == state.assignment) is not reclusters
+    assert (rng.bit_generator.state == before) is not reclusters

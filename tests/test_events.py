@@ -231,3 +231,51 @@ def test_device_availability_makes_clients_miss_rounds_reproducibly(
     assert 0 < sum(missed) < 36 and missed == [r["failed_updates"] for r in b]
     reasons = {c["reason"] for r in a for c in r["clients"] if c["failed"]}
     assert reasons == {"ClientUnreachable: unavailable this round"}
+
+
+def test_an_event_at_its_until_still_fires() -> None:
+    # start 2, every 3, until 8: rounds 2, 5 and 8 (until is inclusive).
+    event = Crash(start=2, every=3, until=8, target=0)
+    assert list(event.occurrences(100)) == [2, 5, 8]
+    assert list(event.occurrences(7)) == [2, 5]  # the run ends first
+    timed = Crash(clock="time", start=0.5, every=0.25, until=1.0, target=0)
+    assert list(timed.occurrences(100)) == [0.5, 0.75, 1.0]
+
+
+class _Unreachable:
+    """Membership that only records who is unreachable each round."""
+
+    def __init__(self) -> None:
+        self.rounds: list[dict[int, str]] = []
+
+    async def add_clients(self, specs: Any) -> None: ...
+
+    async def remove_client(self, client: int, reason: str) -> None: ...
+
+    async def update_client(self, spec: Any) -> None: ...
+
+    def set_unreachable(self, clients: dict[int, str]) -> None:
+        self.rounds.append(dict(clients))
+
+
+@pytest.mark.parametrize("availability", [0.2, 0.9])
+def test_availability_is_the_share_of_rounds_a_client_is_reachable(
+    availability: float,
+) -> None:
+    import asyncio
+
+    from clusterfed.actors import DeviceProfile
+    from clusterfed.scenarios import ScenarioEngine, plan_run
+
+    scenario = small_scenario(
+        rounds=300, device=DeviceProfile(availability=availability)
+    )
+    engine = ScenarioEngine(plan_run(scenario))
+    members = _Unreachable()
+    for r in range(300):
+        asyncio.run(engine.begin_round(members, r, 0.0))
+    missed = sum(len(r) for r in members.rounds) / (300 * scenario.clients)
+    # 1,800 client-rounds: the share missed is within 0.05 of 1 − availability.
+    assert abs(missed - (1 - availability)) < 0.05, missed
+    reasons = {reason for r in members.rounds for reason in r.values()}
+    assert reasons == {"unavailable this round"}

@@ -100,3 +100,19 @@ def test_unknown_names_list_what_is_known() -> None:
         make("fedavgg")
     with pytest.raises(ValueError, match="fraction"):
         make("fedavg", fractoin=0.5)
+
+
+def test_sampling_covers_every_client_in_proportion() -> None:
+    # 10 clients, fraction 0.3: 3 a round; over 400 rounds each client is
+    # drawn about 120 times (binomial sd ≈ 9), and never the same 3 always.
+    from clusterfed.algorithms.fedavg import sample_clients
+
+    clients = [ClientInfo(ClientId(i), n_train=10) for i in range(10)]
+    rng = np.random.default_rng(5)
+    counts = np.zeros(10, dtype=int)
+    for _ in range(400):
+        picked = [c.id for c in sample_clients(clients, 0.3, rng)]
+        assert len(picked) == len(set(picked)) == 3 and picked == sorted(picked)
+        counts[picked] += 1
+    assert counts.sum() == 1200
+    assert counts.min() >= 85 and counts.max() <= 155, counts

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from dataclasses import replace
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -229,3 +230,31 @@ def test_leaving_clients_leave_the_assignment(name: str) -> None:
     strategy, state, _, _ = _joined(name)
     state = strategy.on_leave(state, ClientId(2))
     assert ClientId(2) not in state.assignment
+
+
+def test_accepted_updates_move_the_models(name: str) -> None:
+    # A strategy that ignored its updates would keep every model as it was.
+    # Two rounds: a clustering strategy may spend its first one deciding.
+    strategy, state, clients, rng = _joined(name)
+    if strategy.wants:
+        state = strategy.on_describe(state, 0, _histograms(clients), rng)
+    before = {k: v.copy() for k, v in state.models.items()}
+    for round in range(2):
+        plans = strategy.plan_round(state, round, clients, rng)
+        state = strategy.aggregate(state, round, _updates(plans), rng)
+    moved = [
+        k
+        for k, model in state.models.items()
+        if k not in before or not np.array_equal(model, before[k])
+    ]
+    assert moved, f"{name}: two rounds of accepted updates changed no model"
+    # ... and by the updates: with every delta zero, no model moves at all.
+    strategy, state, clients, rng = _joined(name)
+    if strategy.wants:
+        state = strategy.on_describe(state, 0, _histograms(clients), rng)
+    plans = strategy.plan_round(state, 0, clients, rng)
+    still = [replace(u, delta=np.zeros(DIM, np.float32)) for u in _updates(plans)]
+    new = strategy.aggregate(state, 0, still, rng)
+    for k, model in new.models.items():
+        if k in state.models:
+            np.testing.assert_allclose(model, state.models[k], atol=1e-6)

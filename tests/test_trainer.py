@@ -32,6 +32,42 @@ def test_train_returns_the_delta_from_the_received_weights() -> None:
     assert result.n_samples == 30 and result.samples_seen == 60
 
 
+def _linear_trainer() -> tuple[LocalTrainer, np.ndarray]:
+    """Softmax regression (no hidden layer), whose gradient is written by hand."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(40, 1, 4, 4, generator=gen)
+    y = (x.flatten(1).sum(1) > 8).long()
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 2))
+    weights = get_flat(model) * 3  # away from the origin: a real gradient
+    return LocalTrainer(model, x[:30], y[:30], x[30:], y[30:], seed=0), weights
+
+
+def _softmax_regression(
+    weights: np.ndarray, x: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    w, b = weights[:32].reshape(2, 16).astype(np.float64), weights[32:]
+    logits = x.reshape(len(x), -1) @ w.T + b
+    shifted = logits - logits.max(1, keepdims=True)
+    p = np.exp(shifted) / np.exp(shifted).sum(1, keepdims=True)
+    return w, logits, p
+
+
+def test_one_full_batch_step_is_minus_lr_times_the_mean_gradient() -> None:
+    # Softmax regression: ∂L/∂W = (p − onehot)ᵀ X / n, ∂L/∂b = mean(p − onehot).
+    trainer, start = _linear_trainer()
+    x, y = trainer.x_train.numpy().reshape(30, -1), trainer.y_train.numpy()
+    _, _, p = _softmax_regression(start, x)
+    error = p - np.eye(2)[y]
+    grad = np.concatenate([(error.T @ x / 30).ravel(), error.mean(0)])
+    config = TrainConfig(lr=0.1, momentum=0.0, batch_size=30, epochs=1)
+    result = trainer.train(start, config, round=0)
+    np.testing.assert_allclose(result.delta, -0.1 * grad, rtol=1e-4, atol=1e-7)
+    assert result.n_samples == 30 and result.samples_seen == 30
+    loss = -np.log(p[np.arange(30), y]).mean()
+    assert abs(result.loss - loss) < 1e-5
+
+
 def test_same_seed_and_round_give_the_same_delta_other_rounds_differ() -> None:
     config = TrainConfig(lr=0.1)
     a = _trainer().train(_weights(), config, round=3).delta
@@ -47,10 +83,11 @@ def test_proximal_term_pulls_towards_the_received_weights() -> None:
     assert np.linalg.norm(prox) < np.linalg.norm(plain)
 
 
-def test_evaluate_reports_accuracy_on_the_held_out_split() -> None:
-    trainer = _trainer()
-    scores = trainer.evaluate(_weights())
-    assert scores.n_samples == 10 and 0.0 <= scores.accuracy <= 1.0
-    logits = trainer.model(trainer.x_test)
-    expected = (logits.argmax(1) == trainer.y_test).float().mean().item()
-    assert scores.accuracy == expected
+def test_evaluate_reports_accuracy_and_loss_on_the_held_out_split() -> None:
+    trainer, weights = _linear_trainer()
+    x, y = trainer.x_test.numpy(), trainer.y_test.numpy()
+    _, logits, p = _softmax_regression(weights, x)
+    scores = trainer.evaluate(weights)
+    assert scores.n_samples == 10
+    assert scores.accuracy == np.mean(logits.argmax(1) == y)
+    assert abs(scores.loss - (-np.log(p[np.arange(10), y]).mean())) < 1e-5
