@@ -9,6 +9,7 @@ import pytest
 from numpy.testing import assert_allclose
 
 from clusterfed.algorithms import ClientInfo, ClientUpdate, ServerState, make
+from clusterfed.algorithms import dcfl as dcfl_module
 from clusterfed.algorithms.dcfl import (
     DCFL,
     GLOBAL_MODEL,
@@ -17,7 +18,6 @@ from clusterfed.algorithms.dcfl import (
     dunn_index,
     match_ids,
 )
-from clusterfed.algorithms import dcfl as dcfl_module
 from clusterfed.algorithms.distances import METRICS
 from clusterfed.types import ClientId, ClusterId
 

@@ -97,7 +97,9 @@ def test_another_seed_gives_other_results(tmp_path: Path) -> None:
     clusterfed.run(small_scenario(), out=tmp_path / "a")
     clusterfed.run(small_scenario(), out=tmp_path / "b", seed=1)
     a, b = _accuracies(tmp_path / "a"), _accuracies(tmp_path / "b")
-    pairs = [(x, y) for ra, rb in zip(a, b, strict=True) for x, y in zip(ra, rb)]
+    pairs = [
+        (x, y) for ra, rb in zip(a, b, strict=True) for x, y in zip(ra, rb, strict=True)
+    ]
     assert sum(x != y for x, y in pairs) > len(pairs) / 2
     config_a = json.loads((tmp_path / "a" / "config.json").read_text())
     config_b = json.loads((tmp_path / "b" / "config.json").read_text())

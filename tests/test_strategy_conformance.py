@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from dataclasses import replace
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
