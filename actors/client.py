@@ -171,7 +171,9 @@ class Client:
             )
         behaviour = self.faults.due(request)
         if behaviour is not None:
-            return self.faults.forge(behaviour, request, self.spec, self._reply_to)
+            return await self.faults.forge(
+                behaviour, request, self.spec, self._reply_to, self._serve
+            )
         try:
             reply = await self._serve(request)
         except PrivacyBudgetError as exc:

@@ -14,29 +14,89 @@ codec:
 - `hang`: no reply at all. The host keeps serving its other clients; the
   server's wall-clock `task_timeout_s` ends the task as failed.
 
+and the Byzantine ones, clients that lie inside well-formed messages:
+
+- `lie_samples`: its honest update, claiming 2**63 − 1 training samples (the
+  codec refuses a count over its bound; a smaller lie above the `n_train` the
+  client declared at join is refused by the server);
+- `huge_delta`: a delta of 3.0e38 everywhere (finite float32; the server
+  refuses it: the model it would make is not finite);
+- `sign_flip`: its honest delta scaled by −`scale`, and shrunk to just under
+  the scenario's `max_update_norm` when it would be above it: accepted, it
+  pulls the model the wrong way (robust aggregators are the defence);
+- `forge_leave`: a leave notice for client id + 1, in that client's name;
+- `squat_ids`: a join request for an id nobody has (2**20 + its id), in that
+  id's name;
+- `flood`: a class histogram of a million empty maps (1 MB), refused by the
+  codec before it builds them.
+
+Identity is the transport's, so forged names are refused and counted.
+
 A faulty client does not train in a faulty round (it spends no privacy
-budget). Every other request (evaluate, probe, describe, shutdown) it
+budget), except `lie_samples` and `sign_flip`, which start from the honest
+update. Every other request (evaluate, probe, describe, shutdown) it
 answers honestly.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import struct
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from clusterfed.protocol import Envelope, Message, TrainTask, UpdateReply, encode
+from clusterfed.protocol import (
+    ClassHistogram,
+    Envelope,
+    ErrorReply,
+    JoinRequest,
+    LeaveNotice,
+    Message,
+    TrainTask,
+    UpdateReply,
+    encode,
+)
 from clusterfed.seeding import numpy_rng
 
 from .clock import compute_s
 from .spec import ClientSpec
 
-Behaviour = Literal["nan", "garbage", "wrong_shape", "replay", "hang"]
-BEHAVIOURS: tuple[Behaviour, ...] = ("nan", "garbage", "wrong_shape", "replay", "hang")
+Behaviour = Literal[
+    "nan",
+    "garbage",
+    "wrong_shape",
+    "replay",
+    "hang",
+    "lie_samples",
+    "huge_delta",
+    "sign_flip",
+    "forge_leave",
+    "squat_ids",
+    "flood",
+]
+BEHAVIOURS: tuple[Behaviour, ...] = (
+    "nan",
+    "garbage",
+    "wrong_shape",
+    "replay",
+    "hang",
+    "lie_samples",
+    "huge_delta",
+    "sign_flip",
+    "forge_leave",
+    "squat_ids",
+    "flood",
+)
+BYZANTINE: tuple[Behaviour, ...] = BEHAVIOURS[5:]
 GARBAGE_KEY = 7  # the random stream of a client's garbage bytes, under its seed
+HUGE = 3.0e38  # finite in float32, ruinous in a model
+LIED_SAMPLES = 2**63 - 1
+SQUAT_OFFSET = 2**20
+FLOOD_ITEMS = 1_000_000
+Serve = Callable[[Envelope], Awaitable[Message]]
 
 
 class FaultPlan(BaseModel):
@@ -52,6 +112,15 @@ class FaultPlan(BaseModel):
     start: int = Field(0, ge=0, description="the first faulty round")
     every: int = Field(1, ge=1, description="repeat period in rounds")
     until: int | None = Field(None, ge=0, description="the last faulty round")
+    scale: float = Field(
+        10.0, gt=0, allow_inf_nan=False, description="sign_flip: the delta × −scale"
+    )
+    under_norm: float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="sign_flip: stay under this norm (the scenario's bound)",
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> FaultPlan:
@@ -112,16 +181,18 @@ class FaultyBehaviour:
         if self.plans:
             self.last_update = update
 
-    def forge(
+    async def forge(
         self,
         behaviour: Behaviour,
         request: Envelope,
         spec: ClientSpec,
         reply_to: Callable[[Envelope, Message], Envelope],
+        serve: Serve | None = None,
     ) -> bytes | None:
         """The bytes a faulty client sends instead of its update (None: none).
 
-        `reply_to(request, payload)` is the envelope of an honest reply.
+        `reply_to(request, payload)` is the envelope of an honest reply, and
+        `serve(request)` the honest answer (for the lies that start from it).
         """
         task = request.payload
         assert isinstance(task, TrainTask)
@@ -132,12 +203,17 @@ class FaultyBehaviour:
         if behaviour == "garbage":
             noise = numpy_rng(spec.seed, GARBAGE_KEY, request.round).bytes(64)
             return b"\xc1" + noise  # 0xc1 is never valid msgpack
+        if behaviour in ("lie_samples", "sign_flip"):
+            return await self._lie(behaviour, request, reply_to, serve)
+        if behaviour in ("forge_leave", "squat_ids", "flood"):
+            return _impostor(behaviour, request, spec)
         n = int(task.models[0].weights.shape[0])
-        delta = (
-            np.full(n, np.nan, dtype=np.float32)
-            if behaviour == "nan"
-            else np.zeros(max(1, n - 1), dtype=np.float32)
-        )
+        if behaviour == "nan":
+            delta = np.full(n, np.nan, dtype=np.float32)
+        elif behaviour == "huge_delta":
+            delta = np.full(n, HUGE, dtype=np.float32)
+        else:  # wrong_shape
+            delta = np.zeros(max(1, n - 1), dtype=np.float32)
         # Built without validation: a NaN delta is exactly what validation
         # refuses, and this one must reach the wire to be refused there.
         update = UpdateReply.model_construct(
@@ -151,3 +227,65 @@ class FaultyBehaviour:
             epsilon=None,
         )
         return encode(reply_to(request, update))
+
+    async def _lie(
+        self,
+        behaviour: Behaviour,
+        request: Envelope,
+        reply_to: Callable[[Envelope, Message], Envelope],
+        serve: Serve | None,
+    ) -> bytes:
+        """The honest update, with its sample count or its delta a lie."""
+        if serve is None:
+            raise ValueError(f"{behaviour} needs the client's honest answer")
+        try:
+            honest = await serve(request)
+        except Exception as exc:  # as an honest client, it says why
+            honest = ErrorReply(code="internal", message=f"{type(exc).__name__}")
+        if not isinstance(honest, UpdateReply):
+            return encode(reply_to(request, honest))
+        if behaviour == "lie_samples":
+            lie = honest.model_construct(**{**dict(honest), "n_samples": LIED_SAMPLES})
+            return encode(reply_to(request, lie))
+        due = request.round
+        plan = next(p for p in self.plans if p.active(due) and p.behaviour == behaviour)
+        flipped = honest.delta.astype(np.float64) * -plan.scale
+        norm = float(np.sqrt(np.square(flipped).sum()))
+        bound = plan.under_norm
+        if bound is not None and norm > bound:
+            flipped *= 0.99 * bound / norm  # just under the bound: accepted
+        return encode(
+            reply_to(
+                request,
+                honest.model_copy(update={"delta": flipped.astype(np.float32)}),
+            )
+        )
+
+
+def _impostor(behaviour: Behaviour, request: Envelope, spec: ClientSpec) -> bytes:
+    """A message in another client's name, or a decode bomb, as the reply."""
+    other = spec.id + 1 if behaviour == "forge_leave" else SQUAT_OFFSET + spec.id
+    payload: Message
+    if behaviour == "forge_leave":
+        payload = LeaveNotice(client_id=other, reason="forged")
+    elif behaviour == "squat_ids":
+        payload = JoinRequest(client_id=other, n_train=len(spec.train), n_test=0)
+    else:  # flood: one count, then its array grown to a million empty maps
+        payload = ClassHistogram(client_id=spec.id, counts=(0,))
+    envelope = Envelope(
+        msg_id=f"client/{other if behaviour != 'flood' else spec.id}:x",
+        sender=f"client/{other if behaviour != 'flood' else spec.id}",
+        recipient=request.sender,
+        round=request.round,
+        in_reply_to=request.msg_id,
+        payload=payload,
+    )
+    data = encode(envelope)
+    if behaviour != "flood":
+        return data
+    # msgpack: "counts" (fixstr 6), then fixarray(1) [0] becomes array32(N) of
+    # empty fixmaps. Spliced here: only the codec module speaks msgpack.
+    one = b"\xa6counts\x91\x00"
+    many = b"\xa6counts\xdd" + struct.pack(">I", FLOOD_ITEMS) + b"\x80" * FLOOD_ITEMS
+    assert data.count(one) == 1
+    return data.replace(one, many)

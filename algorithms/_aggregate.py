@@ -10,13 +10,20 @@ import numpy as np
 from clusterfed.types import ClusterId
 
 from .base import ClientUpdate
+from .robust import MEAN, Krum, Mean, Median, NormClip, TrimmedMean, robust_mean
+
+AggregatorRule = Mean | Median | TrimmedMean | Krum | NormClip
 
 
 def weighted_mean(
     vectors: Sequence[np.ndarray], weights: Sequence[float]
 ) -> np.ndarray:
-    """Σ wᵢ vᵢ / Σ wᵢ, accumulated in float64 in the given order."""
-    total = float(np.sum(weights))
+    """Σ wᵢ vᵢ / Σ wᵢ, accumulated in float64 in the given order.
+
+    The weights are summed in float64 (never int64, which a huge count would
+    wrap), exactly as numpy sums integers for every count a client may send.
+    """
+    total = float(np.sum(np.asarray(weights, dtype=np.float64)))
     if not vectors or total <= 0:
         raise ValueError("weighted_mean needs vectors with a positive total weight")
     acc = np.zeros(vectors[0].shape, dtype=np.float64)
@@ -30,8 +37,10 @@ def average_per_cluster(
     updates: Sequence[ClientUpdate],
     *,
     server_lr: float = 1.0,
+    aggregator: AggregatorRule = MEAN,
 ) -> dict[ClusterId, np.ndarray]:
-    """Each cluster's model plus the sample-weighted mean of its members' deltas.
+    """Each cluster's model plus the sample-weighted mean of its members' deltas
+    (or what `aggregator` makes of them, see `robust.py`).
 
     Only accepted ("ok") updates count; a cluster nobody updated keeps its model.
     Updates are taken in client order so the sum is the same in every run.
@@ -42,6 +51,6 @@ def average_per_cluster(
             by_cluster[update.cluster].append((update.delta, update.n_samples))
     new = dict(models)
     for cluster, members in by_cluster.items():
-        step = weighted_mean([d for d, _ in members], [n for _, n in members])
+        step = robust_mean([d for d, _ in members], [n for _, n in members], aggregator)
         new[cluster] = (models[cluster] + server_lr * step).astype(np.float32)
     return new

@@ -27,6 +27,8 @@ import numpy as np
 from clusterfed.protocol import TrainConfig
 from clusterfed.types import ClientId, ClusterId, Status
 
+from .robust import MEAN, Krum, Mean, Median, NormClip, TrimmedMean
+
 Want = Literal["class_histogram"]
 """A data description a strategy may ask clients for (see `Strategy.wants`)."""
 
@@ -172,6 +174,10 @@ class Strategy(ABC, Generic[S]):
     """Data descriptions the server asks every client for, once, before the
     client's first round; the answers reach `on_describe`. Empty: clients
     send nothing about their data."""
+    aggregator: Mean | Median | TrimmedMean | Krum | NormClip = MEAN
+    """How each cluster folds its members' updates into one step
+    (`robust.py`): the scenario's `aggregator`, set where the strategy is
+    built. `mean`, the default, is the algorithm's own weighted mean."""
 
     @property
     def initial_models(self) -> int:

@@ -68,7 +68,6 @@ from sklearn.metrics import silhouette_score
 
 from clusterfed.types import ClientId
 
-from ._aggregate import weighted_mean
 from .base import (
     ClientInfo,
     ClientUpdate,
@@ -78,6 +77,7 @@ from .base import (
     TaskPlan,
     Want,
 )
+from .robust import robust_mean
 
 N_INIT = 10  # K-means restarts per k
 
@@ -263,7 +263,7 @@ class CAFA(Strategy[CAFAState]):
         weights = combined_weights(cbcc, abfa_weights(accuracy))
         cluster = members[0].cluster
         deltas = [u.delta for u in members if u.delta is not None]
-        step = weighted_mean(deltas, weights.tolist())
+        step = robust_mean(deltas, weights.tolist(), self.aggregator)
         models = dict(state.models)
         models[cluster] = (state.models[cluster] + step).astype(np.float32)
         record = tuple(

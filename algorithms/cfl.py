@@ -97,7 +97,8 @@ class CFL(Strategy[CFLState]):
         updates: Sequence[ClientUpdate],
         rng: np.random.Generator,
     ) -> CFLState:
-        state = state.replace(models=average_per_cluster(state.models, updates))
+        models = average_per_cluster(state.models, updates, aggregator=self.aggregator)
+        state = state.replace(models=models)
         return self.split(state, round, updates)
 
     def diagnostics(self, state: CFLState) -> dict[str, Any]:

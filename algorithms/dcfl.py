@@ -61,6 +61,7 @@ from clusterfed.types import ClientId, ClusterId
 from ._aggregate import weighted_mean
 from .base import ClientInfo, ClientUpdate, ServerState, Strategy
 from .distances import check_metric, pairwise_distances
+from .robust import robust_mean
 
 # The id W_G is sent under: cluster ids count up from 0 and never get here,
 # and the protocol needs a non-negative id for every model it carries.
@@ -266,7 +267,9 @@ class DCFL(Strategy[DCFLState]):
             ends = [
                 base.astype(np.float64) + delta for base, delta in map(_arrays, group)
             ]
-            means[cluster] = weighted_mean(ends, weights).astype(np.float32)
+            means[cluster] = robust_mean(ends, weights, self.aggregator).astype(
+                np.float32
+            )
         return means
 
 

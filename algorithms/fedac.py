@@ -159,7 +159,8 @@ class FedAC(Strategy[FedACState]):
             ),
             key=lambda u: u.client,
         )
-        state = state.replace(models=average_per_cluster(state.models, ok))
+        models = average_per_cluster(state.models, ok, aggregator=self.aggregator)
+        state = state.replace(models=models)
         scans = state.scans
         losses: dict[ClusterId, float] = dict(state.losses)
         rescan: set[ClusterId] = set()

@@ -51,7 +51,9 @@ class FedAvg(Strategy[ServerState]):
         updates: Sequence[ClientUpdate],
         rng: np.random.Generator,
     ) -> ServerState:
-        models = average_per_cluster(state.models, updates, server_lr=self.server_lr)
+        models = average_per_cluster(
+            state.models, updates, server_lr=self.server_lr, aggregator=self.aggregator
+        )
         return state.replace(models=models)
 
 

@@ -111,7 +111,7 @@ class IFCALoop(Strategy[S]):
         ok = [u for u in updates if u.ok and u.client in state.assignment]
         assignment: dict[ClientId, ClusterId] = dict(state.assignment)
         assignment.update({u.client: u.cluster for u in ok})
-        models = average_per_cluster(state.models, ok)
+        models = average_per_cluster(state.models, ok, aggregator=self.aggregator)
         return state.replace(models=models, assignment=assignment)
 
 

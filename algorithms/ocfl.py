@@ -206,7 +206,9 @@ class OCFL(Strategy[OCFLState]):
             return self.clustering_round(state, usable) if usable else state
         pending = state.pending
         models = average_per_cluster(
-            state.models, [u for u in ok if u.client not in pending]
+            state.models,
+            [u for u in ok if u.client not in pending],
+            aggregator=self.aggregator,
         )
         state = state.replace(models=models)
         return self.place_pending(state, [u for u in ok if u.client in pending])

@@ -181,6 +181,7 @@ def plan_run(scenario: Scenario) -> RunPlan:
         partition, initial, joiners = _partition(scenario, data, joiner_groups, rng)
         splits = holdout(partition, scenario.test_fraction, rng)
         strategy = make(scenario.algorithm, **scenario.params_of(scenario.algorithm))
+        strategy.aggregator = scenario.aggregator
         nets = [
             build_model(
                 scenario.model.name,

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from clusterfed.protocol import TrainConfig
 
 from . import papers
-from .spec import DatasetSpec, DirichletPartition, ModelSpec, Scenario
+from .spec import DatasetSpec, DirichletPartition, Faulty, ModelSpec, Scenario
 
 
 def quickstart() -> Scenario:
@@ -27,8 +27,25 @@ def quickstart() -> Scenario:
     )
 
 
+def byzantine() -> Scenario:
+    """quickstart with 4 of its 20 clients (20 %) Byzantine: every round each
+    sends its honest delta × −10, kept just under max_update_norm = 5 (honest
+    deltas are below 1.5), so every update is accepted. Compare aggregators:
+    --set aggregator=median, trimmed_mean (beta), krum (f, m), norm_clip."""
+    return Scenario(
+        **{
+            **dict(quickstart()),
+            "name": "byzantine",
+            "description": byzantine.__doc__ or "",
+            "max_update_norm": 5.0,
+            "faulty": [Faulty(clients=[1, 6, 11, 16], behaviour="sign_flip")],
+        }
+    )
+
+
 BUILTIN: dict[str, Callable[[], Scenario]] = {
     "quickstart": quickstart,
+    "byzantine": byzantine,
     "dcfl-dynamic": papers.dcfl_dynamic,
     "ocfl-iid": papers.ocfl_iid,
     "ocfl-noniid": papers.ocfl_noniid,

@@ -116,6 +116,8 @@ def _assign(data: dict[str, Any], path: list[str], value: Any, text: str) -> Non
         child = node.get(part)
         if child is None:
             child = node[part] = {}
+        if isinstance(child, str):  # `X=name`, then `X.param=v`: name is X's kind
+            child = node[part] = {"kind": child}
         if not isinstance(child, dict):
             raise ScenarioError(f"--set {text!r}: {part!r} is not a table")
         node = child

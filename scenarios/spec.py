@@ -17,6 +17,7 @@ from clusterfed.actors.clock import DeadlinePolicy, WaitAll
 from clusterfed.actors.faults import FaultPlan
 from clusterfed.actors.spec import Accountant
 from clusterfed.algorithms import make
+from clusterfed.algorithms.robust import Aggregator, Mean, parse_aggregator
 from clusterfed.protocol import TrainConfig
 
 from .events import Event, Join, Target
@@ -166,7 +167,12 @@ class Faulty(FaultPlan):
     round by default, up to `until` inclusive) each of `clients` answers its
     train task with `behaviour`: "nan" (a NaN delta), "garbage" (bytes that
     are no message), "wrong_shape" (a delta one weight short), "replay" (its
-    last honest update again) or "hang" (no reply; needs `task_timeout_s`).
+    last honest update again) or "hang" (no reply; needs `task_timeout_s`);
+    or, Byzantine, "lie_samples" (2**63 − 1 samples claimed), "huge_delta"
+    (3.0e38 everywhere), "sign_flip" (its honest delta × −`scale`, kept
+    under `max_update_norm`), "forge_leave" (a leave in client id + 1's
+    name), "squat_ids" (a join for an unused id, in its name) or "flood" (a
+    1 MB histogram of a million empty maps). See `actors/faults.py`.
     """
 
     clients: int | list[int] = Field(description="the faulty clients' ids")
@@ -185,13 +191,16 @@ class Faulty(FaultPlan):
     def ids(self) -> list[int]:
         return [self.clients] if isinstance(self.clients, int) else list(self.clients)
 
-    def plan(self) -> FaultPlan:
-        """The misbehaviour each of its clients carries."""
+    def plan(self, under_norm: float | None = None) -> FaultPlan:
+        """The misbehaviour each of its clients carries; a sign flip stays
+        under `under_norm` (the scenario's bound) unless it names its own."""
         return FaultPlan(
             behaviour=self.behaviour,
             start=self.start,
             every=self.every,
             until=self.until,
+            scale=self.scale,
+            under_norm=self.under_norm if self.under_norm is not None else under_norm,
         )
 
 
@@ -238,6 +247,11 @@ class Scenario(_Spec):
     faulty: list[Faulty] = Field(
         default_factory=list, description="clients that misbehave on purpose"
     )
+    aggregator: Aggregator = Field(
+        default_factory=Mean,
+        description="how each cluster folds its members' updates: mean (the"
+        " algorithm's own), median, trimmed_mean, krum or norm_clip",
+    )
     dp: DPSpec | None = Field(
         None, description='local differential privacy; None (or "off"): off'
     )
@@ -251,6 +265,12 @@ class Scenario(_Spec):
         if value is True:
             raise ValueError("give the budget, e.g. dp.epsilon = 10 (or dp = off)")
         return value
+
+    @field_validator("aggregator", mode="before")
+    @classmethod
+    def _aggregator_by_name(cls, value: Any) -> Any:
+        # `aggregator = "median"` (or `--set aggregator=median`) names the kind.
+        return parse_aggregator(value)
 
     @model_validator(mode="after")
     def _algorithm_exists(self) -> Scenario:
@@ -309,7 +329,9 @@ class Scenario(_Spec):
 
     def faults_of(self, client: int) -> tuple[FaultPlan, ...]:
         """The misbehaviours client `client` carries, in the order written."""
-        return tuple(f.plan() for f in self.faulty if client in f.ids)
+        return tuple(
+            f.plan(self.max_update_norm) for f in self.faulty if client in f.ids
+        )
 
     def params_of(self, algorithm: str) -> dict[str, Any]:
         return dict(self.algorithm_params.get(algorithm, {}))

@@ -26,15 +26,24 @@ on serving the requests behind it, and only the hung client's request waits
 (until the server's task timeout). A client's state (its privacy accountant,
 a faulty client's memory) travels pickled: it is this process's own data on
 its way to its own forked worker, never a message from a peer.
+
+A worker ends with the process that started it, however that one ends: it
+holds only its own end of its socket (so the other end's close reaches it as
+end of file), and on Linux the kernel kills it when its parent dies
+(`PR_SET_PDEATHSIG`), even in the middle of training.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import multiprocessing
+import os
 import pickle
+import signal
 import socket
 import struct
+import sys
 from collections import deque
 from collections.abc import Mapping, Sequence
 from multiprocessing.process import BaseProcess
@@ -70,7 +79,7 @@ class _Worker:
         context = multiprocessing.get_context("fork")
         self.process: BaseProcess = context.Process(
             target=_serve,
-            args=(theirs,),
+            args=(theirs, ours, os.getpid()),
             name=f"clusterfed-worker-{index}",
             daemon=True,
         )
@@ -270,8 +279,19 @@ class ProcessRuntime:
         self._workers[index] = worker
 
 
-def _serve(sock: socket.socket) -> None:
+def _die_with_parent(parent: int) -> None:
+    """Have the kernel kill this process when its parent dies (Linux)."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # it died before the request took hold
+        os._exit(0)
+
+
+def _serve(sock: socket.socket, parents_end: socket.socket, parent: int) -> None:
     """A worker's loop: build clients from specs, answer their requests."""
+    _die_with_parent(parent)
+    parents_end.close()  # else the parent's death would never read as EOF here
     torch.set_num_threads(1)
     loop = asyncio.new_event_loop()
     host = ClientHost()
