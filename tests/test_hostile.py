@@ -42,13 +42,14 @@ class Hostile(InlineRuntime):
     """In-process clients behind a runtime that lets a test misbehave.
 
     `rewrite(client, round, reply)` returns the bytes delivered instead of a
-    train reply (raise to make the exchange fail); `push(server, client,
-    round)` runs before each train request, to send the server messages on
-    the side.
+    reply to a request of kind `kind` (a train task by default; raise to make
+    the exchange fail); `push(server, client, round)` runs before each train
+    request, to send the server messages on the side.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, kind: str = "train_task") -> None:
         super().__init__()
+        self.kind = kind
         self.server: ParameterServer | None = None
         self.rewrite: Callable[[ClientId, int, bytes], bytes] | None = None
         self.push: Callable[[ParameterServer, ClientId, int], Any] | None = None
@@ -61,7 +62,7 @@ class Hostile(InlineRuntime):
             await self.push(self.server, ClientId(client), request.round)
         reply = await super().request(client, data)
         assert reply is not None
-        if is_train and self.rewrite is not None:
+        if request.payload.kind == self.kind and self.rewrite is not None:
             return self.rewrite(ClientId(client), request.round, reply)
         return reply
 
@@ -72,21 +73,23 @@ def run(
     rewrite: Callable[[ClientId, int, bytes], bytes] | None = None,
     push: Callable[[ParameterServer, ClientId, int], Any] | None = None,
     leave: tuple[ClientId, int] | None = None,
+    kind: str = "train_task",
     **changes: Any,
 ) -> tuple[ParameterServer, list[RoundOutcome]]:
     """A federation of six clients; `leave = (client, round)` makes a client
-    leave before that round."""
+    leave before that round; `rewrite` rewrites replies to tasks of `kind`."""
 
     async def go() -> tuple[ParameterServer, list[RoundOutcome]]:
         plan = plan_run(small_scenario(rounds=rounds, **changes))
-        runtime = Hostile()
+        runtime = Hostile(kind)
         server = await start_server(plan, runtime)
         runtime.server = server
         runtime.rewrite, runtime.push = rewrite, push
         outcomes = []
         for r in range(rounds):
             if leave is not None and leave[1] == r:
-                await server.handle(runtime.host.clients[leave[0]].leave_notice("bye"))
+                notice = runtime.host.clients[leave[0]].leave_notice("bye")
+                await server.handle(notice, leave[0])
             outcomes.append(await server.run_round(r))
         return server, outcomes
 
@@ -232,9 +235,7 @@ def test_a_reply_already_received_is_refused_as_a_duplicate() -> None:
 
     server, outcomes = asyncio.run(go())
     clean, _ = run()
-    assert_refused_once(
-        outcomes, 1, "duplicate: message 'client/2:re:", update=False
-    )
+    assert_refused_once(outcomes, 1, "duplicate: message 'client/2:re:", update=False)
     assert "was already received in round 1" in outcomes[1].rejections[0]
     assert_same_models(server, clean)
 

@@ -368,3 +368,119 @@ def test_mutated_valid_messages_only_ever_raise_protocol_error(which, edits) -> 
     except ProtocolError:
         return
     assert isinstance(result, Envelope)
+
+
+# -- hostile numbers and decode bombs (issue 17) --------------------------------
+
+
+def _update_raw(**payload: object) -> dict[str, object]:
+    raw = msgpack.unpackb(
+        encode(
+            Envelope(
+                msg_id="client/1:re:abc123:4",
+                sender="client/1",
+                recipient="server",
+                round=2,
+                payload=UpdateReply(
+                    cluster=0, delta=WEIGHTS, n_samples=40, loss=0.5, compute_s=0.1
+                ),
+            )
+        ),
+        raw=False,
+        ext_hook=lambda c, d: msgpack.ExtType(c, d),
+    )
+    raw["payload"].update(payload)
+    return raw  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("n_samples", "12"),
+        ("n_samples", 4.0),
+        ("n_samples", True),
+        ("n_samples", "1" * 400),
+        ("n_samples", 2**63 - 1),
+        ("n_samples", -1),
+        ("cluster", "0"),
+        ("loss", "0.5"),
+        ("loss", True),
+        ("loss", -1e308),
+        ("compute_s", 1.7e308),
+        ("compute_s", "0.1"),
+        ("epsilon", 1e308),
+    ],
+)
+def test_reported_numbers_are_strict_and_bounded(field: str, value: object) -> None:
+    data = msgpack.packb(_update_raw(**{field: value}), use_bin_type=True)
+    with pytest.raises(ProtocolError, match=f"update_reply.{field}"):
+        decode(data)
+
+
+def test_a_megabyte_of_empty_maps_is_refused_fast_small_and_briefly() -> None:
+    import time
+    import tracemalloc
+
+    raw = {
+        "protocol_version": PROTOCOL_VERSION,
+        "msg_id": "x",
+        "sender": "client/1",
+        "recipient": "server",
+        "round": 0,
+        "in_reply_to": None,
+        "payload": {
+            "kind": "class_histogram",
+            "client_id": 1,
+            "counts": [{}] * 1_000_000,
+        },
+    }
+    data = msgpack.packb(raw)
+    assert len(data) >= 1_000_000
+    tracemalloc.start()
+    started = time.perf_counter()
+    try:
+        with pytest.raises(ProtocolError) as refused:
+            decode(data)
+        elapsed = time.perf_counter() - started
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert elapsed < 1.0
+    assert peak < 100 * 1024 * 1024
+    assert len(str(refused.value)) < 1000
+
+
+@pytest.mark.parametrize("items", [65_537, 100_000, 131_072])
+def test_a_field_over_its_item_limit_is_refused_before_its_items_are_built(
+    items: int,
+) -> None:
+    raw = _update_raw()
+    raw["payload"] = {"kind": "class_histogram", "client_id": 1}
+    raw["payload"]["counts"] = [{}] * items  # type: ignore[index]
+    with pytest.raises(ProtocolError, match=f"counts: {items} items, at most 65536"):
+        decode(msgpack.packb(raw))
+
+
+def test_many_wrong_items_make_one_short_reason() -> None:
+    raw = _update_raw()
+    raw["payload"] = {"kind": "class_histogram", "client_id": 1}
+    raw["payload"]["counts"] = ["x"] * 60_000  # type: ignore[index]
+    with pytest.raises(ProtocolError) as refused:
+        decode(msgpack.packb(raw))
+    reason = str(refused.value)
+    assert "counts.0" in reason and len(reason) <= 300 and "\n" not in reason
+
+
+def test_long_strings_are_refused_by_the_decoder() -> None:
+    raw = _update_raw()
+    raw["payload"] = {"kind": "error", "code": "x", "message": "y" * 8_000_000}
+    with pytest.raises(ProtocolError, match="max_str_len"):
+        decode(msgpack.packb(raw))
+
+
+def test_one_line_strips_control_characters_and_caps_the_length() -> None:
+    from clusterfed.protocol import one_line
+
+    assert one_line("a\x1b[31mb\nc\r\td") == "a [31mb c d"
+    assert len(one_line("z" * 10_000)) == 300
+    assert one_line("z" * 10_000).endswith("…")

@@ -1,0 +1,448 @@
+"""One test per row of issue 17's table: a client that lies inside
+well-formed messages can neither crash a run nor steer a model.
+
+Each drives the real server over in-process clients (`test_hostile.run`):
+the run finishes, the hostile message is refused with its reason (the sign
+flip under the norm bound is counted as accepted), the other clients'
+updates are accepted, and the models equal those of the run where the
+hostile update simply failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+import numpy as np
+import pytest
+from test_hostile import (
+    HOSTILE,
+    Capture,
+    assert_refused_once,
+    assert_same_models,
+    fails,
+    in_round,
+    run,
+    scaled,
+)
+
+from clusterfed.actors import InlineRuntime, ParameterServer, RoundOutcome
+from clusterfed.errors import ConfigError
+from clusterfed.protocol import (
+    MAX_REASON,
+    Envelope,
+    ErrorReply,
+    JoinRequest,
+    LeaveNotice,
+    decode,
+    encode,
+)
+from clusterfed.protocol.tensor import TENSOR_EXT, pack_tensor
+from clusterfed.scenarios import plan_run
+from clusterfed.types import ClientId
+from helpers import small_scenario, start_server
+
+OTHER = ClientId(3)
+
+
+def with_payload(**fields: Any) -> Callable[[bytes], bytes]:
+    """Rewrite fields of a reply's payload, below the codec (as a hostile
+    client's own encoder would)."""
+
+    def forge(reply: bytes) -> bytes:
+        raw = msgpack.unpackb(
+            reply, raw=False, ext_hook=lambda c, d: msgpack.ExtType(c, d)
+        )
+        for key, value in fields.items():
+            if isinstance(value, np.ndarray):
+                value = msgpack.ExtType(TENSOR_EXT, pack_tensor(value))
+            raw["payload"][key] = value
+        return msgpack.packb(raw, use_bin_type=True)
+
+    return forge
+
+
+def trained(outcome: RoundOutcome) -> set[ClientId]:
+    return {c.id for c in outcome.clients if c.trained}
+
+
+# -- n_samples ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lie", [2**63 - 1, 2**63], ids=["int64 max", "2**63"])
+def test_a_sample_count_past_any_bound_is_refused(lie: int) -> None:
+    server, outcomes = run(rewrite=in_round(1, with_payload(n_samples=lie)))
+    reference, _ = run(rewrite=fails(1))
+    assert_refused_once(outcomes, 1, "n_samples: Input should be less than or equal")
+    assert trained(outcomes[1]) == set(range(6)) - {HOSTILE}
+    assert_same_models(server, reference)
+
+
+def test_two_lying_sample_counts_under_a_norm_bound_leave_the_model_sound() -> None:
+    lie = with_payload(n_samples=2**63 - 1)
+
+    def both(client: ClientId, r: int, reply: bytes) -> bytes:
+        return lie(reply) if client in (HOSTILE, OTHER) and r == 1 else reply
+
+    def both_fail(client: ClientId, r: int, reply: bytes) -> bytes:
+        if client in (HOSTILE, OTHER) and r == 1:
+            raise ConnectionError("gone")
+        return reply
+
+    server, outcomes = run(rewrite=both, max_update_norm=50.0)
+    reference, _ = run(rewrite=both_fail, max_update_norm=50.0)
+    assert [o.rejected_messages for o in outcomes] == [0, 2, 0]
+    assert trained(outcomes[2]) == set(range(6))  # later honest updates count
+    assert_same_models(server, reference)
+
+
+@pytest.mark.parametrize(
+    "lie", ["12", 4.0, True, "1" * 400], ids=["string", "float", "bool", "400 digits"]
+)
+def test_a_sample_count_of_another_type_is_refused_not_coerced(lie: Any) -> None:
+    server, outcomes = run(rewrite=in_round(1, with_payload(n_samples=lie)))
+    reference, _ = run(rewrite=fails(1))
+    assert_refused_once(outcomes, 1, "n_samples: Input should be a valid integer")
+    assert_same_models(server, reference)
+
+
+def test_more_samples_than_the_client_declared_at_join_are_refused() -> None:
+    server, outcomes = run(rewrite=in_round(1, with_payload(n_samples=10**6)))
+    reference, _ = run(rewrite=fails(1))
+    assert_refused_once(outcomes, 1, "n_samples 1000000 is outside [1, ")
+    assert_same_models(server, reference)
+
+
+# -- deltas ---------------------------------------------------------------------
+
+
+def test_a_finite_but_ruinous_delta_is_refused_without_a_norm_bound() -> None:
+    def huge(reply: bytes) -> bytes:
+        n = decode(reply).payload.delta.shape[0]  # type: ignore[union-attr]
+        return with_payload(delta=np.full(n, 3.0e38, dtype=np.float32))(reply)
+
+    server, outcomes = run(rewrite=in_round(1, huge))
+    reference, _ = run(rewrite=fails(1))
+    assert_refused_once(outcomes, 1, "would make cluster 0's model non-finite")
+    assert_same_models(server, reference)
+    for model in server.state.models.values():
+        assert np.isfinite(model).all()
+
+
+def test_a_sign_flip_under_the_norm_bound_is_counted_as_accepted() -> None:
+    # The one row no check can refuse: a well-formed update, within every
+    # bound. It is accepted (robust aggregation is the defence, see
+    # test_byzantine.py).
+    server, outcomes = run(rewrite=in_round(1, scaled(-3.0)), max_update_norm=50.0)
+    assert [o.rejected_messages for o in outcomes] == [0, 0, 0]
+    assert trained(outcomes[1]) == set(range(6))
+
+
+# -- membership -----------------------------------------------------------------
+
+
+def pushes(round: int, message: Callable[[InlineRuntime], bytes]) -> Callable[..., Any]:
+    """Before client 0's train task of `round`, the hostile client pushes a
+    message to the server on its own connection."""
+
+    async def push(server: ParameterServer, client: ClientId, r: int) -> None:
+        if r == round and client == 0:
+            runtime = server.courier.runtime
+            assert isinstance(runtime, InlineRuntime)
+            answer = decode(await server.handle(message(runtime), HOSTILE))
+            pushed.append(answer.payload)
+
+    pushed: list[Any] = []
+    push.pushed = pushed  # type: ignore[attr-defined]
+    return push
+
+
+def forged_leave(runtime: InlineRuntime) -> bytes:
+    return runtime.host.clients[OTHER].leave_notice("forged")
+
+
+def test_a_leave_for_another_client_sent_while_a_round_trains_is_refused() -> None:
+    push = pushes(1, forged_leave)
+    server, outcomes = run(push=push)
+    clean, _ = run()
+    assert_refused_once(
+        outcomes, 1, "sender 'client/3' came from client 2", update=False
+    )
+    assert isinstance(push.pushed[0], ErrorReply)  # type: ignore[attr-defined]
+    assert OTHER in server.clients
+    assert_same_models(server, clean)
+
+
+def test_a_leave_for_another_client_between_rounds_is_refused() -> None:
+    async def go() -> tuple[ParameterServer, list[RoundOutcome]]:
+        runtime = InlineRuntime()
+        server = await start_server(plan_run(small_scenario(rounds=3)), runtime)
+        outcomes = [await server.run_round(0)]
+        answer = decode(await server.handle(forged_leave(runtime), HOSTILE))
+        assert isinstance(answer.payload, ErrorReply)
+        outcomes += [await server.run_round(r) for r in (1, 2)]
+        return server, outcomes
+
+    server, outcomes = asyncio.run(go())
+    clean, _ = run()
+    assert_refused_once(
+        outcomes, 1, "sender 'client/3' came from client 2", update=False
+    )
+    assert OTHER in server.clients and trained(outcomes[2]) == set(range(6))
+    assert_same_models(server, clean)
+
+
+def test_a_leave_in_another_name_with_its_own_sender_is_refused() -> None:
+    def leave(runtime: InlineRuntime) -> bytes:
+        client = runtime.host.clients[HOSTILE]
+        return encode(
+            Envelope(
+                msg_id="client/2:leave",
+                sender=client.address,
+                recipient="server",
+                round=-1,
+                payload=LeaveNotice(client_id=OTHER),
+            )
+        )
+
+    server, outcomes = run(push=pushes(1, leave))
+    clean, _ = run()
+    assert_refused_once(outcomes, 1, "forged 'leave' for client 3", update=False)
+    assert_same_models(server, clean)
+
+
+def test_a_client_that_leaves_during_a_round_departs_after_it() -> None:
+    own = pushes(1, lambda rt: rt.host.clients[HOSTILE].leave_notice("bye"))
+    server, outcomes = run(push=own)
+    assert [o.rejected_messages for o in outcomes] == [0, 0, 0]
+    assert HOSTILE in {c.id for c in outcomes[1].clients}  # its round is booked
+    assert HOSTILE not in {c.id for c in outcomes[2].clients}
+    assert HOSTILE not in server.clients and HOSTILE in server.books.departed
+
+
+@pytest.mark.parametrize("n_train", [10**15, 100], ids=["huge n_train", "sane"])
+def test_a_join_for_a_new_id_registers_no_phantom(n_train: int) -> None:
+    phantom = 40
+
+    def join(runtime: InlineRuntime) -> bytes:
+        payload = JoinRequest.model_construct(
+            client_id=phantom, n_train=n_train, n_test=10
+        )
+        return encode(
+            Envelope.model_construct(
+                protocol_version=1,
+                msg_id=f"client/{phantom}:join",
+                sender=f"client/{phantom}",
+                recipient="server",
+                round=-1,
+                in_reply_to=None,
+                payload=payload,
+            )
+        )
+
+    server, outcomes = run(push=pushes(1, join))
+    clean, _ = run()
+    reason = "n_train: Input should be less than" if n_train > 2**31 else "client 2"
+    assert_refused_once(outcomes, 1, reason, update=False)
+    assert phantom not in server.clients
+    assert_same_models(server, clean)
+
+
+# -- message ids and runs ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["train_task", "evaluate_task"])
+def test_a_reply_id_chosen_to_collide_takes_nothing_from_its_owner(kind: str) -> None:
+    # The hostile client sends its reply under the id client 3's reply will
+    # carry; client 3's reply is still accepted.
+    ids: dict[ClientId, str] = {}
+
+    def squat(client: ClientId, r: int, reply: bytes) -> bytes:
+        env = decode(reply)
+        if client == HOSTILE and r == 1:
+            base = str(env.in_reply_to).rsplit(":", 1)
+            theirs = f"{base[0]}:{int(base[1]) + 1}"  # client 3's request id
+            ids[OTHER] = f"client/{OTHER}:re:{theirs}"
+            return encode(env.model_copy(update={"msg_id": ids[OTHER]}))
+        return reply
+
+    server, outcomes = run(rewrite=squat, kind=kind)
+    clean, clean_outcomes = run()
+    assert [o.rejected_messages for o in outcomes] == [0, 0, 0]
+    assert OTHER in ids
+    other = {c.id: c for c in outcomes[1].clients}[OTHER]
+    assert other.trained and other.acc is not None
+    assert_same_models(server, clean)
+
+
+def test_an_update_captured_in_another_run_is_refused_as_stale() -> None:
+    capture = Capture()
+    run(rewrite=capture.record, seed=0)
+    captured = capture.sent[(HOSTILE, 1)]
+
+    def replay(client: ClientId, r: int, reply: bytes) -> bytes:
+        return captured if client == HOSTILE and r == 1 else reply
+
+    server, outcomes = run(rewrite=replay, seed=1)
+    reference, _ = run(rewrite=fails(1), seed=1)
+    assert_refused_once(outcomes, 1, "is a request of another run")
+    assert_same_models(server, reference)
+
+
+# -- reported numbers -----------------------------------------------------------
+
+
+def test_huge_compute_times_are_refused_and_the_clock_stays_finite() -> None:
+    def twice(client: ClientId, r: int, reply: bytes) -> bytes:
+        if client == HOSTILE and r in (1, 2):
+            return with_payload(compute_s=1.7e308)(reply)
+        return reply
+
+    def fail_twice(client: ClientId, r: int, reply: bytes) -> bytes:
+        if client == HOSTILE and r in (1, 2):
+            raise ConnectionError("gone")
+        return reply
+
+    server, outcomes = run(rewrite=twice)
+    reference, _ = run(rewrite=fail_twice)
+    assert [o.rejected_messages for o in outcomes] == [0, 1, 1]
+    assert "compute_s: Input should be less than or equal" in outcomes[1].rejections[0]
+    assert all(math.isfinite(o.sim_duration) for o in outcomes)
+    assert_same_models(server, reference)
+
+
+@pytest.mark.parametrize(
+    ("kind", "fields", "reason"),
+    [
+        ("train_task", {"epsilon": 1e308}, "epsilon: Input should be less than"),
+        ("train_task", {"loss": -1e308}, "loss: Input should be greater than"),
+        (
+            "evaluate_task",
+            {"accuracy": 1.0, "cluster": 99},
+            "evaluation of cluster 99, asked cluster 0",
+        ),
+        ("evaluate_task", {"loss": -1e308}, "loss: Input should be greater than"),
+    ],
+    ids=["epsilon", "train loss", "evaluate cluster", "evaluate loss"],
+)
+def test_a_reported_number_out_of_range_is_refused(
+    kind: str, fields: dict[str, Any], reason: str
+) -> None:
+    server, outcomes = run(rewrite=in_round(1, with_payload(**fields)), kind=kind)
+    assert [o.rejected_messages for o in outcomes] == [0, 1, 0]
+    assert reason in outcomes[1].rejections[0], outcomes[1].rejections
+    row = {c.id: c for c in outcomes[1].clients}[HOSTILE]
+    if kind == "evaluate_task":
+        assert row.acc is None and row.trained
+        clean, _ = run()
+        assert_same_models(server, clean)
+    else:
+        assert server.epsilon == {}
+        reference, _ = run(rewrite=fails(1))
+        assert_same_models(server, reference)
+
+
+@pytest.mark.parametrize("size", [8 * 1024 * 1024, 60_000], ids=["8 MB", "60 kB"])
+def test_an_error_reply_is_stored_as_one_short_printable_line(size: int) -> None:
+    def error(reply: bytes) -> bytes:
+        text = ("\x1b[2J\x1b[31mboom\n" * (size // 14 + 1))[:size]
+        env = decode(reply)
+        bad = ErrorReply.model_construct(code="internal", message=text)
+        return encode(Envelope.model_construct(**{**dict(env), "payload": bad}))
+
+    server, outcomes = run(rewrite=in_round(1, error))
+    reference, _ = run(rewrite=fails(1))
+    row = {c.id: c for c in outcomes[1].clients}[HOSTILE]
+    reason = row.reason or ""
+    assert len(reason) <= MAX_REASON
+    assert not any(ch < " " for ch in reason)
+    assert row.rejected if size > 64 * 1024 else row.failed
+    assert_same_models(server, reference)
+
+
+# -- CAFA's class histograms --------------------------------------------------------
+
+
+def cafa(**changes: Any) -> dict[str, Any]:
+    return dict(
+        algorithm="cafa",
+        algorithm_params={"cafa": {"k_max": 3}},
+        kind="describe_task",
+        **changes,
+    )
+
+
+def fails_always(client: ClientId, r: int, reply: bytes) -> bytes:
+    if client == HOSTILE:
+        raise ConnectionError("gone")
+    return reply
+
+
+def test_a_histogram_of_too_many_classes_is_refused_and_the_others_count() -> None:
+    def long(client: ClientId, r: int, reply: bytes) -> bytes:
+        if client == HOSTILE:
+            return with_payload(counts=[1] * 65_536)(reply)
+        return reply
+
+    server, outcomes = run(rewrite=long, **cafa())
+    reference, _ = run(rewrite=fails_always, **cafa())
+    assert outcomes[0].rejected_messages == 1
+    assert "65536 classes, the dataset has 10" in outcomes[0].rejections[0]
+    described = {c for c in server.described if c != HOSTILE}
+    assert described == set(range(6)) - {HOSTILE}
+    assert_same_models(server, reference)
+
+
+def test_a_flood_of_empty_maps_is_refused_with_a_short_reason() -> None:
+    def flood(client: ClientId, r: int, reply: bytes) -> bytes:
+        if client == HOSTILE:
+            return with_payload(counts=[{}] * 100_000)(reply)  # 200 kB
+        return reply
+
+    async def inbound(server: ParameterServer, client: ClientId, r: int) -> None:
+        if r == 1 and client == 0:
+            raw = {"protocol_version": 1, "msg_id": "x", "sender": "client/2"}
+            raw |= {"recipient": "server", "round": 1, "in_reply_to": None}
+            raw["payload"] = {"kind": "class_histogram", "client_id": 2}
+            raw["payload"]["counts"] = [{}] * 100_000
+            echo = decode(await server.handle(msgpack.packb(raw), HOSTILE))
+            assert isinstance(echo.payload, ErrorReply)
+            assert len(echo.payload.message) < 1000
+
+    server, outcomes = run(rewrite=flood, push=inbound, **cafa())
+    reference, _ = run(rewrite=fails_always, **cafa())
+    assert all(len(r) < 1000 for o in outcomes for r in o.rejections)
+    assert [o.rejected_messages for o in outcomes] == [1, 1, 0]
+    assert_same_models(server, reference)
+
+
+# -- checkpoints ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (lambda m: np.full_like(m, np.nan), "holds NaN or Inf"),
+        (lambda m: m[:-5], "has shape"),
+    ],
+    ids=["NaN model", "5 weights short"],
+)
+def test_a_damaged_checkpoint_is_refused_with_a_clear_error(
+    damage: Callable[[np.ndarray], np.ndarray], reason: str
+) -> None:
+    async def go() -> None:
+        plan = plan_run(small_scenario(rounds=2))
+        server = await start_server(plan, InlineRuntime())
+        await server.run_round(0)
+        snapshot = server.snapshot()
+        state = snapshot["state"]
+        models = {k: damage(m) for k, m in state.models.items()}
+        snapshot["state"] = state.replace(models=models)
+        fresh = await start_server(plan_run(small_scenario(rounds=2)), InlineRuntime())
+        with pytest.raises(ConfigError, match=f"checkpoint refused: .*{reason}"):
+            fresh.restore(snapshot)
+
+    asyncio.run(go())
