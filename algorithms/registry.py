@@ -1,16 +1,30 @@
-"""Algorithms by name: every `Strategy` subclass in this package, found once.
+"""Algorithms by name: every `Strategy` subclass in this package, found once,
+plus algorithms from anywhere else.
 
-Adding an algorithm is adding one module here that defines a subclass with a
-`name`; nothing else changes.
+Adding an algorithm to clusterfed is adding one module here that defines a
+subclass with a `name`; nothing else changes. An algorithm of one's own
+needs no change to clusterfed (docs/writing-a-strategy.md):
+
+- `package.module:Class` as the algorithm name imports the module and takes
+  the class (`--algorithm mystrategies:FedMedian`);
+- an installed distribution registers it under a name in the entry point
+  group `clusterfed.algorithms` (`fedmedian = "mystrategies:FedMedian"`);
+- a `Strategy` subclass with a `name`, defined in a `.py` scenario script,
+  is known by that name once the script is loaded.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
+import os
 import pkgutil
+import sys
+import warnings
 from collections.abc import Mapping
 from functools import cache
+from importlib.metadata import entry_points
 from typing import Any, TypeVar
 
 from clusterfed.errors import ConfigError
@@ -19,12 +33,128 @@ from .base import IdentityPolicy, Strategy
 
 T = TypeVar("T", Strategy[Any], IdentityPolicy)
 
+ENTRY_POINTS = "clusterfed.algorithms"
+
+
+def algorithms() -> dict[str, type[Strategy[Any]]]:
+    """Name → strategy class: this package's algorithms and the installed
+    plug-ins (entry point group `clusterfed.algorithms`)."""
+    found = {**_plugins(), **_builtin()}  # a plug-in never hides a built-in
+    return dict(sorted(found.items()))
+
 
 @cache
-def algorithms() -> dict[str, type[Strategy[Any]]]:
-    """Name → strategy class, for every algorithm module in this package."""
-    # mypy takes no abstract class for type[T]; only concrete ones come back.
+def _builtin() -> dict[str, type[Strategy[Any]]]:
+    package = __name__.rsplit(".", 1)[0] + "."
+    found = _named_subclasses(Strategy)  # type: ignore[type-abstract]
+    return {k: v for k, v in found.items() if v.__module__.startswith(package)}
+
+
+# Classes handed over by name where they cannot be imported (a Ray worker
+# that receives a strategy defined in the driver's scenario script).
+_REGISTERED: dict[str, type[Strategy[Any]]] = {}
+
+
+def register(name: str, cls: type[Strategy[Any]]) -> None:
+    """Make `name` resolve to `cls` in this process."""
+    _REGISTERED[name] = _strategy_class(cls, name)
+
+
+def is_builtin(name: str) -> bool:
+    """Whether `name` is one of this package's algorithms."""
+    return name in _builtin()
+
+
+def _defined() -> dict[str, type[Strategy[Any]]]:
     return _named_subclasses(Strategy)  # type: ignore[type-abstract]
+
+
+@cache
+def _plugins() -> dict[str, type[Strategy[Any]]]:
+    """The installed plug-ins; one that does not load is left out, with a
+    warning (naming it as an algorithm raises its error)."""
+    found: dict[str, type[Strategy[Any]]] = {}
+    for point in entry_points(group=ENTRY_POINTS):
+        try:
+            found[point.name] = _strategy_class(point.load(), point.value)
+        except Exception as exc:  # a broken plug-in must not break the others
+            warnings.warn(
+                f"algorithm plug-in {point.name} = {point.value!r}: {exc}",
+                stacklevel=2,
+            )
+    return found
+
+
+def resolve(name: str) -> type[Strategy[Any]]:
+    """The strategy class of algorithm `name`: a registered name (built-in,
+    plug-in, or defined in a loaded script) or `package.module:Class`.
+
+    Raises:
+        ConfigError: no such algorithm (with the names it may have meant), a
+            module that does not import, or a class that is no `Strategy`.
+    """
+    if name in _REGISTERED:
+        return _REGISTERED[name]
+    if ":" in name:
+        return _import_class(name)
+    for table in (_builtin, _plugins, _defined):
+        if name in (found := table()):
+            return found[name]
+    known = algorithms()
+    for point in entry_points(group=ENTRY_POINTS, name=name):
+        try:
+            return _strategy_class(point.load(), point.value)
+        except Exception as exc:
+            raise ConfigError(
+                f"algorithm {name!r} (plug-in {point.value!r}): {exc}"
+            ) from exc
+    close = difflib.get_close_matches(name, known, n=3)
+    hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+    raise ConfigError(
+        f"unknown algorithm {name!r}{hint} Known: {', '.join(known)};"
+        " or name one of your own as package.module:Class"
+    )
+
+
+def _import_class(spec: str) -> type[Strategy[Any]]:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"algorithm {spec!r}: expected package.module:Class")
+    # As `python -m` does: a module in the current folder is found, also from
+    # the `clusterfed` script (whose sys.path starts at its own folder).
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(
+            f"algorithm {spec!r}: cannot import {module_name!r} ({exc}); is it"
+            " installed, or in the current folder or on PYTHONPATH?"
+        ) from exc
+    found: Any = module
+    for part in attr.split("."):
+        found = getattr(found, part, None)
+        if found is None:
+            public = [
+                n for n, v in vars(module).items() if inspect.isclass(v) and n[0] != "_"
+            ]
+            close = difflib.get_close_matches(part, public, n=3)
+            hint = f"; did you mean {' or '.join(close)}?" if close else ""
+            raise ConfigError(
+                f"algorithm {spec!r}: module {module_name} has no {part!r}{hint}"
+            )
+    return _strategy_class(found, spec)
+
+
+def _strategy_class(found: Any, where: str) -> type[Strategy[Any]]:
+    if not (inspect.isclass(found) and issubclass(found, Strategy)):
+        raise ConfigError(f"algorithm {where!r}: {found!r} is not a Strategy subclass")
+    if inspect.isabstract(found):
+        raise ConfigError(
+            f"algorithm {where!r}: {found.__name__} leaves abstract methods:"
+            f" {', '.join(sorted(found.__abstractmethods__))}"
+        )
+    return found
 
 
 @cache
@@ -50,11 +180,16 @@ def make_policy(name: str, params: Mapping[str, Any]) -> IdentityPolicy:
         raise ConfigError(f"identity policy {name}: {exc}") from exc
 
 
-def _named_subclasses(base: type[T]) -> dict[str, type[T]]:
+@cache
+def _import_package() -> None:
     package = __name__.rsplit(".", 1)[0]
     for module in pkgutil.iter_modules(importlib.import_module(package).__path__):
         if not module.name.startswith("_") and module.name != "registry":
             importlib.import_module(f"{package}.{module.name}")
+
+
+def _named_subclasses(base: type[T]) -> dict[str, type[T]]:
+    _import_package()
     found: dict[str, type[T]] = {}
     stack = list(base.__subclasses__())
     while stack:
@@ -67,7 +202,7 @@ def _named_subclasses(base: type[T]) -> dict[str, type[T]]:
 
 def parameters(name: str) -> dict[str, Any]:
     """The hyperparameters of algorithm `name` and their defaults."""
-    signature = inspect.signature(_lookup(name).__init__)
+    signature = inspect.signature(resolve(name).__init__)
     return {
         p.name: p.default
         for p in signature.parameters.values()
@@ -81,21 +216,17 @@ def make(name: str, **params: Any) -> Strategy[Any]:
     Raises:
         ConfigError: unknown name, unknown parameter, or a bad value.
     """
-    cls = _lookup(name)
-    unknown = sorted(set(params) - set(parameters(name)))
+    cls = resolve(name)
+    takes = parameters(name)
+    unknown = sorted(set(params) - set(takes))
     if unknown:
+        close = [m for u in unknown for m in difflib.get_close_matches(u, takes, n=1)]
+        hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
         raise ConfigError(
-            f"{name} has no parameter {', '.join(map(repr, unknown))};"
-            f" it takes: {', '.join(parameters(name)) or 'none'}"
+            f"{name} has no parameter {', '.join(map(repr, unknown))}{hint}"
+            f" It takes: {', '.join(takes) or 'none'}"
         )
     try:
         return cls(**params)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{name}: {exc}") from exc
-
-
-def _lookup(name: str) -> type[Strategy[Any]]:
-    known = algorithms()
-    if name not in known:
-        raise ConfigError(f"unknown algorithm {name!r}; known: {', '.join(known)}")
-    return known[name]

@@ -6,6 +6,8 @@ messages; scenarios run on one process (asyncio) or on a Ray cluster.
     >>> import clusterfed
     >>> result = clusterfed.run("quickstart", rounds=3)   # doctest: +SKIP
     >>> clusterfed.resume("runs/stopped-run")             # doctest: +SKIP
+    >>> clusterfed.compare("quickstart", ["fedavg", "fedprox"])  # doctest: +SKIP
+    >>> clusterfed.load("runs/latest").rounds             # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ _LAZY = {
     "run": "clusterfed.api",
     "resume": "clusterfed.api",
     "RunResult": "clusterfed.api",
+    "RunInterrupted": "clusterfed.federation",
+    "compare": "clusterfed.comparison",
+    "CompareResult": "clusterfed.comparison",
+    "load": "clusterfed.results",
     "Scenario": "clusterfed.scenarios",
     "load_scenario": "clusterfed.scenarios",
 }
@@ -34,4 +40,15 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-__all__ = ["RunResult", "Scenario", "__version__", "load_scenario", "resume", "run"]
+__all__ = [
+    "CompareResult",
+    "RunInterrupted",
+    "RunResult",
+    "Scenario",
+    "__version__",
+    "compare",
+    "load",
+    "load_scenario",
+    "resume",
+    "run",
+]

@@ -15,6 +15,8 @@ from clusterfed.scenarios import Scenario, load_scenario, validate, with_overrid
 
 from .checkpoint import Checkpoint, read_checkpoint
 from .federation import Federation, OnRound, RunResult, canonical, drive
+from .folders import claim, default_folder, point_latest
+from .provenance import run_provenance
 
 RUNTIMES = ("local", "ray")
 
@@ -35,12 +37,18 @@ def run(
     progress: bool = False,
     checkpoint_every: int | None = None,
     on_round: OnRound | None = None,
+    overwrite: bool = False,
+    command: Sequence[str] | None = None,
 ) -> RunResult:
     """Run `scenario` and write its results folder.
 
     Args:
         scenario: a `Scenario`, a built-in name, or a path to a .toml/.py file.
-        out: results folder; default `runs/<scenario>-<algorithm>-seed<seed>`.
+        out: results folder, which must be empty or missing (see
+            `overwrite`); default a new folder
+            `runs/<scenario>-<algorithm>-seed<seed>-<hash>-<time>`, where
+            `hash` is six hex digits of the resolved scenario, and
+            `runs/latest` is pointed at it.
         runtime: "local" (one process, asyncio, worker processes), "ray", or
             a runtime object built by hand (e.g. a configured `RayRuntime`).
         algorithm, rounds, clients, seed: replace the scenario's own values.
@@ -54,10 +62,16 @@ def run(
             every N-th round, from which `resume` continues a stopped run.
         on_round: called with each round's row (as rounds.jsonl has it) as
             soon as the round is recorded.
+        overwrite: replace the results in a non-empty `out` (a folder that
+            holds no clusterfed results is never emptied).
+        command: the command line config.json records (default `sys.argv`).
 
     Raises:
         ScenarioError: the scenario or an override is invalid (nothing has run).
-        ConfigError: an unknown runtime, or checkpoint_every below 1.
+        ConfigError: an unknown runtime, checkpoint_every below 1, or `out`
+            is not empty and `overwrite` is off (nothing has run).
+        RunInterrupted: Ctrl-C (SIGINT); the rounds that finished are in the
+            folder with their summary.json and plots.
     """
     if checkpoint_every is not None and checkpoint_every < 1:
         raise ConfigError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
@@ -69,10 +83,14 @@ def run(
         clients=clients,
         seed=seed,
     )
-    folder = Path(out) if out is not None else default_out(resolved)
     host = make_runtime(
         runtime, workers=workers, address=ray_address, clients_per_host=clients_per_host
     )
+    if out is not None:
+        folder = claim(Path(out), overwrite=overwrite)
+    else:
+        folder = claim(default_out(resolved))
+        point_latest(folder)
     return asyncio.run(
         _run(
             resolved,
@@ -81,6 +99,7 @@ def run(
             progress,
             checkpoint_every=checkpoint_every,
             on_round=on_round,
+            provenance=run_provenance(command),
         )
     )
 
@@ -115,7 +134,7 @@ def resume(
         config = json.loads((folder / "config.json").read_text())
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{folder}: no run to resume: {exc}") from exc
-    if (folder / "summary.json").exists():
+    if _finished(folder):
         raise ConfigError(f"{folder}: the run finished (summary.json): nothing to do")
     checkpoint = read_checkpoint(folder)
     if canonical(checkpoint.scenario) != canonical(config.get("scenario")):
@@ -123,6 +142,8 @@ def resume(
             f"{folder}: the checkpoint belongs to another scenario than config.json"
         )
     scenario = validate(checkpoint.scenario, source=str(folder / "config.json"))
+    # An interrupted run's summary covers the rounds before the interrupt.
+    (folder / "summary.json").unlink(missing_ok=True)
     host = make_runtime(
         runtime if runtime is not None else config.get("runtime", "local"),
         workers=workers,
@@ -139,6 +160,16 @@ def resume(
             start=checkpoint,
         )
     )
+
+
+def _finished(folder: Path) -> bool:
+    """Whether the run in `folder` ran to its end (an interrupted run
+    writes a summary too, marked `interrupted`)."""
+    try:
+        summary = json.loads((folder / "summary.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return not summary.get("interrupted", False)
 
 
 def make_runtime(
@@ -161,7 +192,13 @@ def make_runtime(
 
 
 def default_out(scenario: Scenario) -> Path:
-    return Path("runs") / f"{scenario.name}-{scenario.algorithm}-seed{scenario.seed}"
+    """A new folder under runs/ named after what makes this run different."""
+    return default_folder(
+        scenario.name,
+        scenario.algorithm,
+        scenario.seed,
+        scenario.model_dump(mode="json"),
+    )
 
 
 async def _run(
@@ -173,6 +210,7 @@ async def _run(
     checkpoint_every: int | None = None,
     start: Checkpoint | None = None,
     on_round: OnRound | None = None,
+    provenance: dict[str, Any] | None = None,
 ) -> RunResult:
     """Run the rounds of `scenario`, from the first or from checkpoint `start`;
     under Ray the federation runs in a Ray actor and this loop only streams."""
@@ -181,6 +219,7 @@ async def _run(
         "seed": scenario.seed,
         "runtime": runtime.name,
         "checkpoint_every": checkpoint_every,
+        **(provenance or {}),
     }
     options: dict[str, Any] = dict(
         config=config, checkpoint_every=checkpoint_every, resume=start

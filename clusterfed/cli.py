@@ -7,10 +7,14 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from clusterfed import __version__
 from clusterfed.errors import ClusterfedError
 
 if TYPE_CHECKING:
     from clusterfed.api import RunResult
+
+# Ctrl-C ends a command with this status (128 + SIGINT), as shells do.
+INTERRUPTED = 130
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -21,26 +25,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ClusterfedError as exc:
         print(f"clusterfed: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:
+        # A run says where its finished rounds are (RunInterrupted).
+        print(f"clusterfed: {exc or 'interrupted'}", file=sys.stderr)
+        return INTERRUPTED
 
 
 def _list(args: argparse.Namespace) -> int:
-    from clusterfed.algorithms import algorithms, parameters
-    from clusterfed.data import DATASETS
-    from clusterfed.models import MODELS
-    from clusterfed.scenarios import BUILTIN
+    # From the sources, not the modules: those import torch (seconds).
+    from importlib.metadata import entry_points
+
+    from clusterfed import catalogue
 
     print("scenarios:")
-    for name, build in BUILTIN.items():
-        print(f"  {name:<20} {(build.__doc__ or '').strip().splitlines()[0]}")
+    for name, line in catalogue.scenarios().items():
+        print(f"  {name:<20} {line}")
     print("algorithms:")
-    for name in algorithms():
-        params = ", ".join(f"{k}={v!r}" for k, v in parameters(name).items())
-        print(f"  {name:<20} {params}")
+    for name, params in catalogue.algorithms().items():
+        shown = ", ".join(f"{k}={v}" for k, v in params.items())
+        print(f"  {name:<20} {shown}")
+    for point in entry_points(group="clusterfed.algorithms"):
+        print(f"  {point.name:<20} plug-in {point.value}")
     print("datasets:")
-    for name in DATASETS:
+    for name in catalogue.datasets():
         print(f"  {name}")
     print("models:")
-    for name in MODELS:
+    for name in catalogue.models():
         print(f"  {name}")
     return 0
 
@@ -60,11 +70,17 @@ def _run(args: argparse.Namespace) -> int:
         workers=args.workers,
         ray_address=args.ray_address,
         clients_per_host=args.clients_per_host,
-        progress=not args.quiet,
+        progress=_progress(args),
         checkpoint_every=args.checkpoint_every,
+        overwrite=args.overwrite,
     )
     _report(result)
     return 0
+
+
+def _progress(args: argparse.Namespace) -> bool:
+    """A progress bar only on a terminal: piped logs get no frames."""
+    return not args.quiet and sys.stderr.isatty()
 
 
 def _resume(args: argparse.Namespace) -> int:
@@ -76,7 +92,7 @@ def _resume(args: argparse.Namespace) -> int:
         workers=args.workers,
         ray_address=args.ray_address,
         clients_per_host=args.clients_per_host,
-        progress=not args.quiet,
+        progress=_progress(args),
     )
     _report(result)
     return 0
@@ -87,14 +103,17 @@ def _report(result: RunResult) -> None:
     print(
         f"{s['scenario']} · {s['algorithm']}: {s['rounds']} rounds,"
         f" final mean accuracy {s['final_mean_acc']:.4f} ± {s['final_std_acc']:.4f},"
-        f" clusters {s['n_clusters_final']}, rejected {s['rejected_messages']},"
-        f" failed {s['failed_updates']}, {s['wall_s']:.1f} s"
+        f" clusters {s['n_clusters_final']}, late {s['late_updates']},"
+        f" failed {s['failed_updates']}, rejected {s['rejected_messages']},"
+        f" {s['wall_s']:.1f} s"
     )
     print(f"results: {result.out}")
+    if (result.out.parent / "latest").resolve() == result.out.resolve():
+        print(f"         {result.out.parent / 'latest'}")
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from clusterfed.compare import compare, table
+    from clusterfed.comparison import compare, table
 
     result = compare(
         args.scenario,
@@ -108,7 +127,8 @@ def _compare(args: argparse.Namespace) -> int:
         workers=args.workers,
         ray_address=args.ray_address,
         clients_per_host=args.clients_per_host,
-        progress=not args.quiet,
+        progress=_progress(args),
+        overwrite=args.overwrite,
     )
     print(table(result.summaries))
     print(f"results: {result.out}")
@@ -124,6 +144,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="clusterfed", description="Simulate clustered federated learning."
     )
+    parser.add_argument(
+        "--version", action="version", version=f"clusterfed {__version__}"
+    )
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
     listing = sub.add_parser(
         "list", help="built-in scenarios, algorithms, datasets, models"
@@ -131,8 +154,17 @@ def _parser() -> argparse.ArgumentParser:
     listing.set_defaults(command=_list)
 
     run = sub.add_parser("run", help="run a scenario into a results folder")
-    run.add_argument("--algorithm", help="replace the scenario's algorithm")
-    _common(run, "results folder (default runs/<scenario>-<algorithm>-seed<seed>)")
+    run.add_argument(
+        "--algorithm",
+        help="replace the scenario's algorithm: a name (see `clusterfed list`)"
+        " or package.module:Class of your own",
+    )
+    _common(
+        run,
+        "results folder, empty or new (default: a new"
+        " runs/<scenario>-<algorithm>-seed<seed>-<hash>-<time>; runs/latest"
+        " points at it)",
+    )
     run.add_argument(
         "--checkpoint-every",
         type=int,
@@ -166,7 +198,11 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument(
         "--algorithms", required=True, help="comma-separated, e.g. dcfl,cfl,fedavg"
     )
-    _common(compare, "folder of the runs (default runs/<scenario>-compare-seed<seed>)")
+    _common(
+        compare,
+        "folder of the runs, empty or new (default: a new"
+        " runs/<scenario>-compare-seed<seed>-<hash>-<time>)",
+    )
     compare.set_defaults(command=_compare)
     return parser
 
@@ -186,6 +222,11 @@ def _common(parser: argparse.ArgumentParser, out_help: str) -> None:
     parser.add_argument("--clients", type=int)
     parser.add_argument("--seed", type=int)
     parser.add_argument("--out", help=out_help)
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the results in a non-empty --out (never other files)",
+    )
     parser.add_argument(
         "--set",
         action="append",

@@ -13,9 +13,9 @@ the driver only asks it for rounds and streams the rows.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,19 +28,25 @@ from clusterfed.scenarios import RunPlan, Scenario, ScenarioEngine, plan_run
 from clusterfed.scenarios.build import STRATEGY_STREAM
 from clusterfed.seeding import numpy_rng
 
-from .checkpoint import Checkpoint, write_checkpoint
-from .results import Row, RunRecorder, cbcc_scores, mean_std
+from .checkpoint import CHECKPOINT, Checkpoint, write_checkpoint
+from .provenance import algorithm_record
+from .results import Row, RunRecorder, RunResult, cbcc_scores, mean_std
 
 OnRound = Callable[[Row], None]
 
 
-@dataclass(frozen=True)
-class RunResult:
-    """Where a run wrote its results, its summary, and its per-round rows."""
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) stopped a run; the rounds that finished are in `out`
+    with their summary.json (`"interrupted": true`) and plots."""
 
-    out: Path
-    summary: dict[str, Any]
-    rows: list[dict[str, Any]]
+    def __init__(self, out: Path, rounds_done: int) -> None:
+        self.out = out
+        self.rounds_done = rounds_done
+        self.checkpoint = (out / CHECKPOINT).exists()
+        resume = f"; resume with: clusterfed resume {out}" if self.checkpoint else ""
+        super().__init__(
+            f"interrupted after round {rounds_done}; results in {out}{resume}"
+        )
 
 
 def build_server(
@@ -94,6 +100,11 @@ class Federation:
         self.clock = SimClock()
         self.server = build_server(self.plan, runtime, self.clock)
         self._resume = resume
+        # What ran, as built: every parameter, the train config sent.
+        self.config.setdefault(
+            "algorithm",
+            algorithm_record(scenario.algorithm, self.plan.strategy, scenario.train),
+        )
         if resume is None:
             self.recorder = RunRecorder(out, self.config)
             self.first_round = 0
@@ -134,12 +145,19 @@ class Federation:
             await self.checkpoint()
         return row
 
-    async def finish(self) -> tuple[dict[str, Any], list[Row]]:
-        """Write summary.json and the plots; return the summary and the rows."""
+    async def finish(
+        self, *, interrupted: bool = False
+    ) -> tuple[dict[str, Any], list[Row]]:
+        """Write summary.json and the plots; return the summary and the rows.
+        `interrupted`: the run stopped early; the summary covers the rounds
+        that finished and says so."""
+        extra = self._strategy_summary()
+        if interrupted:
+            extra["interrupted"] = True
         summary = self.recorder.finish(
             algorithm=self.scenario.algorithm,
             scenario=self.scenario.name,
-            extra=self._strategy_summary(),
+            extra=extra,
         )
         return summary, self.recorder.rows
 
@@ -182,14 +200,14 @@ class Federation:
             self.clock.profiles[spec.id] = spec.profile  # type: ignore[index]
         joins = await self.runtime.add(specs)
         for spec, join in zip(specs, joins, strict=True):
-            reply = decode(await self.server.handle(join, spec.id)).payload
+            reply = decode(await self.handle(join, spec.id)).payload
             if not isinstance(reply, Welcome):
                 raise RuntimeError(f"a client could not join: {reply}")
 
     async def remove_client(self, client: int, reason: str) -> None:
         """The client announces it leaves, then stops being hosted."""
         notice = await self.runtime.remove(client, reason)
-        reply = decode(await self.server.handle(notice, client)).payload
+        reply = decode(await self.handle(notice, client)).payload
         if not isinstance(reply, Shutdown):
             raise RuntimeError(f"client {client} could not leave: {reply}")
 
@@ -235,7 +253,12 @@ async def drive(
 ) -> RunResult:
     """Run a federation's rounds (a `Federation`, or a `RemoteFederation` that
     runs one in a Ray actor) from where it starts to the scenario's last, then
-    write its summary; it is closed whatever happens."""
+    write its summary; it is closed whatever happens.
+
+    Raises:
+        RunInterrupted: the run was cancelled (Ctrl-C under `asyncio.run`);
+            summary.json and the plots of the finished rounds are written.
+    """
     scenario: Scenario = federation.scenario
     bar = tqdm(
         total=scenario.rounds, desc=scenario.name, disable=not progress, unit="round"
@@ -263,3 +286,7 @@ async def drive(
 
 def canonical(data: Any) -> str:
     return json.dumps(data, sort_keys=True)
+    except asyncio.CancelledError:
+        # (Under Ray the actor may have recorded a round the driver never saw.)
+        _, recorded = await federation.finish(interrupted=True)
+        raise RunInterrupted(federation.out, len(recorded)) from None

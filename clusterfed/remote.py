@@ -10,6 +10,7 @@ the rows back.
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,8 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from clusterfed.actors.runtimes.ray import RayRuntime
+from clusterfed.algorithms import Strategy
+from clusterfed.algorithms.registry import is_builtin, register, resolve
 from clusterfed.scenarios import Scenario
 
 from .checkpoint import Checkpoint
@@ -35,10 +38,13 @@ class FederationActor:
         config: dict[str, Any],
         checkpoint_every: int | None,
         resume: Checkpoint | None,
+        plugin: type[Strategy[Any]] | None = None,
     ) -> None:
         import torch
 
         torch.set_num_threads(1)
+        if plugin is not None:  # an algorithm of the user's own (by value)
+            register(scenario.algorithm, plugin)
         self.federation = Federation(
             scenario,
             runtime,
@@ -54,14 +60,30 @@ class FederationActor:
     async def step(self, round: int) -> Row:
         return await self.federation.step(round)
 
-    async def finish(self) -> tuple[dict[str, Any], list[Row]]:
-        return await self.federation.finish()
+    async def finish(
+        self, interrupted: bool = False
+    ) -> tuple[dict[str, Any], list[Row]]:
+        return await self.federation.finish(interrupted=interrupted)
 
     async def close(self) -> None:
         await self.federation.close()
 
     async def handle(self, data: bytes) -> bytes:
         return await self.federation.handle(data)
+
+
+def _plugin(algorithm: str) -> type[Strategy[Any]] | None:
+    """The class of an algorithm that is not clusterfed's own, to hand to the
+    actor: a `module:Class` one travels by value (its module need not be
+    importable on the worker); a scenario script's travels by value anyway;
+    an installed plug-in by reference."""
+    if is_builtin(algorithm):
+        return None
+    cls = resolve(algorithm)
+    module = sys.modules.get(cls.__module__)
+    if ":" in algorithm and module is not None:
+        ray.cloudpickle.register_pickle_by_value(module)
+    return cls
 
 
 class RemoteFederation:
@@ -90,6 +112,7 @@ class RemoteFederation:
                 log_to_driver=False,
             )
             self._started_ray = runtime.address is None
+        plugin = _plugin(scenario.algorithm)
         here = ray.get_runtime_context().get_node_id()
         self.actor: Any = (
             ray.remote(FederationActor)
@@ -97,7 +120,9 @@ class RemoteFederation:
                 num_cpus=0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
             )
-            .remote(scenario, runtime, str(out), config, checkpoint_every, resume)
+            .remote(
+                scenario, runtime, str(out), config, checkpoint_every, resume, plugin
+            )
         )
 
     async def start(self) -> int:
@@ -108,8 +133,12 @@ class RemoteFederation:
         row: Row = await self.actor.step.remote(round)
         return row
 
-    async def finish(self) -> tuple[dict[str, Any], list[Row]]:
-        done: tuple[dict[str, Any], list[Row]] = await self.actor.finish.remote()
+    async def finish(
+        self, *, interrupted: bool = False
+    ) -> tuple[dict[str, Any], list[Row]]:
+        done: tuple[dict[str, Any], list[Row]] = await self.actor.finish.remote(
+            interrupted
+        )
         return done
 
     async def close(self) -> None:

@@ -11,6 +11,7 @@ import os
 import platform
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,84 @@ from clusterfed.errors import ConfigError
 
 from .metrics import ari, purity
 from .plots import plot_run
+from .provenance import now
 
 Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Where a run wrote its results, its summary, and its per-round rows.
+
+    `rounds` and `clients` give the rows as pandas DataFrames (the `pandas`
+    extra): one row per round, and one row per client and round.
+    """
+
+    out: Path
+    summary: dict[str, Any]
+    rows: list[dict[str, Any]]
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The run's config.json: scenario, algorithm as built, provenance."""
+        data: dict[str, Any] = json.loads((self.out / "config.json").read_text())
+        return data
+
+    @property
+    def rounds(self) -> Any:
+        """One row per round: the round's scalars (no `clients` list) and the
+        mean and std of the client accuracies (`mean_acc`, `std_acc`)."""
+        pd = _pandas()
+        table = []
+        for row in self.rows:
+            accs = mean_std(row)
+            flat = {k: v for k, v in row.items() if k != "clients"}
+            flat["mean_acc"], flat["std_acc"] = accs if accs else (None, None)
+            table.append(flat)
+        return pd.DataFrame(table)
+
+    @property
+    def clients(self) -> Any:
+        """Long format: one row per client and round (`round` first)."""
+        pd = _pandas()
+        return pd.DataFrame(
+            [{"round": row["round"], **c} for row in self.rows for c in row["clients"]]
+        )
+
+
+def _pandas() -> Any:
+    try:
+        import pandas
+    except ImportError as exc:
+        raise ImportError(
+            "RunResult.rounds and .clients need pandas:"
+            ' pip install "clusterfed[pandas]"'
+        ) from exc
+    return pandas
+
+
+def load(out: str | Path) -> RunResult:
+    """A results folder read back: its summary (None keys if the run has no
+    summary.json yet) and its rows.
+
+    Raises:
+        ConfigError: the folder holds no run (no config.json or rounds.jsonl).
+    """
+    folder = Path(out)
+    if (folder / "comparison.json").exists():
+        raise ConfigError(
+            f"{folder}: a compare folder; load one of its runs:"
+            f" {', '.join(sorted(p.name for p in folder.iterdir() if p.is_dir()))}"
+        )
+    rounds = folder / "rounds.jsonl"
+    if not (folder / "config.json").is_file() or not rounds.is_file():
+        raise ConfigError(
+            f"{folder}: not a results folder (no config.json, rounds.jsonl)"
+        )
+    rows = [json.loads(line) for line in rounds.read_text().splitlines() if line]
+    summary_path = folder / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    return RunResult(folder, summary, rows)
 
 
 class RunRecorder:
@@ -159,8 +236,20 @@ class RunRecorder:
             summary.setdefault(key, _plain(value))
         summary["wall_s"] = time.perf_counter() - self._start
         _write_json(self.out / "summary.json", summary)
+        self._stamp_config(
+            finished_at=now(), interrupted=bool(summary.get("interrupted"))
+        )
         plot_run(self.out, self.rows, title or f"{scenario} · {algorithm}")
         return summary
+
+    def _stamp_config(self, **fields: Any) -> None:
+        """Add `fields` to config.json (when the run ended, and how)."""
+        path = self.out / "config.json"
+        try:
+            config = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return
+        _write_json(path, {**config, **fields})
 
 
 def summarize(rows: Sequence[Row], *, algorithm: str, scenario: str) -> Row:

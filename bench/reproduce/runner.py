@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clusterfed.compare import compare
+from clusterfed.comparison import compare
 
 # The repository root: the page names run folders relative to it.
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,6 +83,7 @@ def run_all(
                 exp.scenario,
                 list(exp.algorithms_for(quick)),
                 out=folder,
+                overwrite=True,  # a rerun replaces its own results
                 rounds=exp.quick_rounds if quick else None,
                 overrides=exp.overrides(dataset),
             )
