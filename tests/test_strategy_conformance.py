@@ -93,7 +93,8 @@ def _frozen_copy(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-@pytest.fixture(params=sorted(algorithms()))
+# Every built-in algorithm, and one of a user's own, as a plug-in is named.
+@pytest.fixture(params=[*sorted(algorithms()), "tests_plugin:FedMedian"])
 def name(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
