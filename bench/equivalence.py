@@ -20,12 +20,12 @@ import gzip
 import json
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
 
 import clusterfed
+from clusterfed.diff import differences
 
 HERE = Path(__file__).resolve().parent / "equivalence"
 
@@ -48,21 +48,6 @@ def rows_of(case: str, runtime: str, out: Path) -> list[dict[str, Any]]:
 
 def reference_path(case: str, runtime: str) -> Path:
     return HERE / f"{case}-{runtime}.jsonl.gz"
-
-
-def differences(want: Any, got: Any, where: str = "") -> Iterator[tuple[str, Any, Any]]:
-    """Every place where two JSON values differ, outermost first."""
-    if isinstance(want, dict) and isinstance(got, dict):
-        for key in sorted(set(want) | set(got)):
-            yield from differences(want.get(key), got.get(key), f"{where}.{key}")
-    elif isinstance(want, list) and isinstance(got, list):
-        if len(want) != len(got):
-            yield f"{where} (length)", len(want), len(got)
-        for i, (a, b) in enumerate(zip(want, got, strict=False)):
-            label = f"client {a['id']}" if isinstance(a, dict) and "id" in a else i
-            yield from differences(a, b, f"{where}[{label}]")
-    elif want != got:
-        yield where, want, got
 
 
 def main() -> int:

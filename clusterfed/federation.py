@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 
 from clusterfed.actors import ClientSpec, ParameterServer, SimClock
 from clusterfed.actors.runtimes import Runtime
+from clusterfed.actors.trace import TraceMode, TraceWriter, TracingRuntime
 from clusterfed.protocol import Shutdown, Welcome, decode
 from clusterfed.scenarios import RunPlan, Scenario, ScenarioEngine, plan_run
 from clusterfed.scenarios.build import STRATEGY_STREAM
@@ -78,6 +79,8 @@ class Federation:
         config: what config.json records about the run.
         checkpoint_every: write a checkpoint after every N-th round.
         resume: a checkpoint of a stopped run in `out` to go on from.
+        trace: record every envelope into `out/trace.msgpack` ("full"), or
+            every envelope's header without its bytes ("headers").
     """
 
     def __init__(
@@ -89,6 +92,7 @@ class Federation:
         config: Mapping[str, Any],
         checkpoint_every: int | None = None,
         resume: Checkpoint | None = None,
+        trace: TraceMode | None = None,
     ) -> None:
         self.scenario = scenario
         self.out = out
@@ -96,15 +100,15 @@ class Federation:
         self.config = dict(config)
         self.checkpoint_every = checkpoint_every
         self.plan = plan_run(scenario)
-        self.engine = ScenarioEngine(self.plan)
-        self.clock = SimClock()
-        self.server = build_server(self.plan, runtime, self.clock)
-        self._resume = resume
         # What ran, as built: every parameter, the train config sent.
         self.config.setdefault(
             "algorithm",
             algorithm_record(scenario.algorithm, self.plan.strategy, scenario.train),
         )
+        self.engine = ScenarioEngine(self.plan)
+        self.clock = SimClock()
+        self.server = build_server(self.plan, runtime, self.clock)
+        self._resume = resume
         if resume is None:
             self.recorder = RunRecorder(out, self.config)
             self.first_round = 0
@@ -113,6 +117,11 @@ class Federation:
             self.engine.restore(resume.engine)
             self.recorder = RunRecorder(out, self.config, resume=resume.recorder)
             self.first_round = resume.rounds_done
+        self.trace: TraceWriter | None = None
+        if trace is not None:
+            self.trace = TraceWriter(out, trace, self.server.courier.nonce)
+            self.runtime = TracingRuntime(runtime, self.trace)
+            self.server.courier.runtime = self.runtime
 
     # -- the run ----------------------------------------------------------------
 
@@ -132,6 +141,8 @@ class Federation:
 
     async def step(self, round: int) -> Row:
         """Run one round: fire its events, run it, record it (and checkpoint)."""
+        if self.trace is not None:
+            self.trace.round, self.trace.sim = round, self.clock.now
         events = await self.engine.begin_round(self, round, self.clock.now)
         outcome = await self.server.run_round(round)
         self.clock.advance(outcome.sim_duration)
@@ -139,6 +150,8 @@ class Federation:
         row = self.recorder.record(
             outcome, groups=self.engine.groups, sim_time=self.clock.now, events=events
         )
+        if self.trace is not None:
+            self.trace.flush()
         done = round + 1
         every = self.checkpoint_every
         if every and done % every == 0 and done < self.scenario.rounds:
@@ -220,9 +233,14 @@ class Federation:
         self.server.courier.set_unreachable(clients)
 
     async def handle(self, data: bytes, client: int | None = None) -> bytes:
-        """A message a client sends on its own (a restarted host's rejoin);
-        `client`: the client the runtime got it from."""
-        return await self.server.handle(data, client)
+        """A message a client sends on its own (a join, a leave, a restarted
+        host's rejoin); `client`: the client the runtime got it from."""
+        if self.trace is None or client is None:
+            return await self.server.handle(data, client)
+        self.trace.message("inbound", client, data)
+        reply = await self.server.handle(data, client)
+        self.trace.message("answer", client, reply)
+        return reply
 
     def _strategy_summary(self) -> dict[str, Any]:
         """Summary keys scored from the strategy's last diagnostics against the
@@ -278,6 +296,10 @@ async def drive(
             )
             bar.update()
         summary, rows = await federation.finish()
+    except asyncio.CancelledError:
+        # (Under Ray the actor may have recorded a round the driver never saw.)
+        _, recorded = await federation.finish(interrupted=True)
+        raise RunInterrupted(federation.out, len(recorded)) from None
     finally:
         bar.close()
         await federation.close()
@@ -286,7 +308,3 @@ async def drive(
 
 def canonical(data: Any) -> str:
     return json.dumps(data, sort_keys=True)
-    except asyncio.CancelledError:
-        # (Under Ray the actor may have recorded a round the driver never saw.)
-        _, recorded = await federation.finish(interrupted=True)
-        raise RunInterrupted(federation.out, len(recorded)) from None

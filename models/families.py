@@ -20,10 +20,12 @@ def mlp(
     *,
     hidden: Sequence[int] | None = None,
 ) -> nn.Module:
-    """Fully connected layers with ReLU; `hidden` defaults from the channels."""
+    """Fully connected layers with ReLU; `hidden` defaults from the channels.
+    `hidden=[]` is softmax regression: one linear layer (what the protocol's
+    example client in examples/numpy_client.py trains)."""
     channels = input_shape[0] if len(input_shape) == 3 else 1
     sizes = list(hidden) if hidden is not None else _mlp_hidden(channels)
-    if not sizes or min(sizes) < 1:
+    if sizes and min(sizes) < 1:
         raise ValueError(f"hidden must list positive layer widths, got {hidden}")
     width = int(torch.Size(input_shape).numel())
     layers: list[nn.Module] = [nn.Flatten()]

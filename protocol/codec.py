@@ -7,6 +7,7 @@ the problem, so a receiver can refuse and count a bad message and carry on.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, get_args
@@ -18,7 +19,7 @@ from pydantic import ValidationError
 
 from .errors import ProtocolError
 from .messages import ENVELOPE_ADAPTER, MAX_CLASSES, Envelope, Message
-from .tensor import TENSOR_EXT, pack_tensor, unpack_tensor
+from .tensor import TENSOR_EXT, json_form, pack_tensor, unpack_tensor
 from .version import PROTOCOL_VERSION
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
@@ -201,3 +202,47 @@ def one_line(text: str, limit: int = MAX_REASON) -> str:
     characters (newlines, terminal escapes) become spaces, the rest is cut."""
     flat = _CONTROL.sub(" ", text[: limit * 4]).strip()
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def to_json_form(data: bytes, *, digests: bool = False) -> Any:
+    """An encoded message as plain JSON values, each tensor shown by
+    `tensor.json_form` (what the published schema describes); with
+    `digests`, each tensor also shows the SHA-256 of its bytes, so two forms
+    differ where the values do. Raises `ProtocolError` for bytes that are not
+    msgpack."""
+
+    def hook(code: int, payload: bytes) -> Any:
+        if code != TENSOR_EXT:
+            raise ProtocolError(f"unknown extension type {code}")
+        form = json_form(payload)
+        if digests:
+            form["sha256"] = hashlib.sha256(payload).hexdigest()
+        return form
+
+    try:
+        return msgpack.unpackb(data, ext_hook=hook, raw=False)
+    except ProtocolError:
+        raise
+    except Exception as exc:
+        raise ProtocolError(one_line(f"truncated or malformed message: {exc}")) from exc
+
+
+def pack_record(record: Mapping[str, Any]) -> bytes:
+    """One length-prefixed frame of a record stream (a trace): 4 bytes of
+    little-endian length, then the record as msgpack."""
+    body: bytes = msgpack.packb(dict(record), use_bin_type=True)
+    return len(body).to_bytes(4, "little") + body
+
+
+def unpack_records(data: bytes) -> list[dict[str, Any]]:
+    """The records of a stream written with `pack_record`; a frame cut short
+    at the end (a run killed while writing) is left out."""
+    records, offset = [], 0
+    while offset + 4 <= len(data):
+        size = int.from_bytes(data[offset : offset + 4], "little")
+        end = offset + 4 + size
+        if end > len(data):
+            break
+        records.append(msgpack.unpackb(data[offset + 4 : end], raw=False))
+        offset = end
+    return records

@@ -12,7 +12,8 @@ import struct
 from typing import Annotated, Any
 
 import numpy as np
-from pydantic import GetCoreSchemaHandler
+from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
 from .errors import ProtocolError
@@ -94,15 +95,67 @@ def _as_flat_finite(value: Any) -> np.ndarray:
     return array
 
 
+def dtype_names() -> list[str]:
+    """The sendable dtypes, in the order of their codes in the header."""
+    return [dt.name for dt in _DTYPES]
+
+
+def json_form(payload: bytes) -> dict[str, Any]:
+    """A tensor extension as the JSON form of a message shows it (schema
+    validation, traces): its dtype, shape and size, not its values."""
+    array = unpack_tensor(payload)
+    return {
+        "ext": TENSOR_EXT,
+        "dtype": array.dtype.name,
+        "shape": list(array.shape),
+        "nbytes": int(array.nbytes),
+    }
+
+
 class _TensorSchema:
     """Pydantic hook: validate with `check`, serialise as the array itself.
 
     The codec turns arrays into extension types, so the python-mode dump keeps
-    them as arrays rather than lists of floats.
+    them as arrays rather than lists of floats. The JSON Schema describes the
+    tensor's JSON form (`json_form`).
     """
 
-    def __init__(self, check: Any) -> None:
+    def __init__(self, check: Any, *, flat: bool = False) -> None:
         self.check = check
+        self.flat = flat
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        names = dtype_names()
+        floats = [n for n in names if n.startswith("float")]
+        shape: dict[str, Any] = {
+            "type": "array",
+            "items": {"type": "integer", "minimum": 0},
+            "maxItems": 1 if self.flat else MAX_DIMS,
+        }
+        if self.flat:
+            shape["minItems"] = 1
+        return {
+            "type": "object",
+            "description": (
+                f"A tensor. On the wire: msgpack extension type {TENSOR_EXT} whose"
+                " data is a header (uint8 dtype code, uint8 number of dimensions,"
+                " each dimension as a little-endian uint64) and then the values,"
+                " C order, little-endian; dtype codes 0.."
+                f"{len(names) - 1} are {', '.join(names)}. In the JSON form of a"
+                " message it is shown as its ext code, dtype, shape and size."
+                + (" A flat vector of floats, none NaN or Inf." if self.flat else "")
+            ),
+            "properties": {
+                "ext": {"const": TENSOR_EXT},
+                "dtype": {"enum": floats if self.flat else names},
+                "shape": shape,
+                "nbytes": {"type": "integer", "minimum": 0},
+            },
+            "required": ["ext", "dtype", "shape", "nbytes"],
+            "additionalProperties": False,
+        }
 
     def __get_pydantic_core_schema__(
         self, source: Any, handler: GetCoreSchemaHandler
@@ -118,5 +171,5 @@ class _TensorSchema:
 Tensor = Annotated[np.ndarray, _TensorSchema(_as_array)]
 """Any array of a sendable dtype."""
 
-FlatVector = Annotated[np.ndarray, _TensorSchema(_as_flat_finite)]
+FlatVector = Annotated[np.ndarray, _TensorSchema(_as_flat_finite, flat=True)]
 """A 1-D floating point vector with no NaN or Inf: model weights and updates."""

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from clusterfed.actors import Client, InlineRuntime, ParameterServer, Runtime
-from clusterfed.federation import build_server
+from clusterfed.federation import Federation, build_server, drive
 from clusterfed.protocol import TrainConfig, Welcome, decode
 from clusterfed.scenarios import DirichletPartition, ModelSpec, RunPlan, Scenario
 from clusterfed.types import ClientId
@@ -64,3 +65,16 @@ async def start_server(plan: RunPlan, runtime: Runtime) -> ParameterServer:
         reply = decode(await server.handle(join)).payload
         assert isinstance(reply, Welcome), reply
     return server
+
+
+def traced_run(folder: Path, scenario: Scenario, mode: str = "full") -> list[dict]:
+    """Run `scenario` in this process with a trace ("full" or "headers")."""
+    config = {"scenario": scenario.model_dump(mode="json")}
+    federation = Federation(
+        scenario,
+        InlineRuntime(),
+        folder,
+        config=config,
+        trace=mode,  # type: ignore[arg-type]
+    )
+    return asyncio.run(drive(federation)).rows

@@ -1,0 +1,87 @@
+"""The published JSON Schema: generated from the message models, every kind in
+it, and every kind a real run sends valid against it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import jsonschema
+import pytest
+
+from clusterfed.actors import Client
+from clusterfed.actors.trace import read_trace
+from clusterfed.protocol import MESSAGE_KINDS
+from clusterfed.protocol.codec import to_json_form
+from clusterfed.protocol.schema import json_schema, message_kinds
+from clusterfed.scenarios import Leave, plan_run
+from clusterfed.scenarios.spec import IIDMixPartition
+from helpers import small_scenario, traced_run
+
+
+def test_the_schema_lists_every_kind_of_the_message_union() -> None:
+    schema = json_schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert sorted(schema["x-message-kinds"]) == sorted(MESSAGE_KINDS)
+    kinds = set()
+    for definition in schema["$defs"].values():
+        kind = definition.get("properties", {}).get("kind", {})
+        if "const" in kind:
+            kinds.add(kind["const"])
+    assert kinds == set(message_kinds()) == set(MESSAGE_KINDS)
+
+
+@pytest.fixture(scope="module")
+def samples(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    """One recorded message of every kind: a CAFA run (describe and probe
+    tasks) in which a client leaves, and a client's answer to garbage."""
+    scenario = small_scenario(
+        algorithm="cafa",
+        partition=IIDMixPartition(iid_fraction=0.5),
+        clients=8,
+        rounds=2,
+        events=[Leave(start=1, target=7)],
+    )
+    folder = tmp_path_factory.mktemp("cafa")
+    traced_run(folder, scenario)
+    _, records = read_trace(folder)
+    found: dict[str, bytes] = {}
+    for record in records:
+        if record.kind is not None and record.data is not None:
+            found.setdefault(record.kind, record.data)
+    client = Client(plan_run(scenario).clients[0])
+    error = asyncio.run(client.handle(b"not a message"))
+    assert error is not None
+    found["error"] = error
+    return found
+
+
+def test_a_recorded_message_of_every_kind_is_valid(samples: dict[str, bytes]) -> None:
+    assert set(samples) == set(MESSAGE_KINDS)
+    validator = jsonschema.Draft202012Validator(json_schema())
+    for kind, data in samples.items():
+        form = to_json_form(data)
+        assert form["payload"]["kind"] == kind
+        errors = list(validator.iter_errors(form))
+        assert not errors, (kind, [e.message for e in errors])
+
+
+def test_the_schema_refuses_what_decode_refuses(samples: dict[str, bytes]) -> None:
+    validator = jsonschema.Draft202012Validator(json_schema())
+    update = to_json_form(samples["update_reply"])
+    broken = [
+        {**update, "msg_id": None},
+        {**update, "surprise": 1},
+        {**update, "payload": {**update["payload"], "n_samples": "12"}},
+        {**update, "payload": {**update["payload"], "kind": "gossip"}},
+        {
+            **update,
+            "payload": {
+                **update["payload"],
+                "delta": {**update["payload"]["delta"], "shape": [3, 4]},
+            },
+        },
+    ]
+    for instance in broken:
+        assert list(validator.iter_errors(json.loads(json.dumps(instance))))

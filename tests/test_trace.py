@@ -1,0 +1,93 @@
+"""Traces and replay: every envelope of a run recorded, a fresh server re-driven
+from the recorded replies, and the first difference reported."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from clusterfed.actors.trace import read_trace
+from clusterfed.errors import ConfigError
+from clusterfed.replay import replay
+from clusterfed.scenarios import Drift, Join, RotationTransform, Scenario
+from helpers import small_scenario, traced_run
+
+
+def dcfl_with_a_join_and_a_drift() -> Scenario:
+    return small_scenario(
+        algorithm="dcfl",
+        rounds=4,
+        transform=RotationTransform(angles=[0.0, 90.0]),
+        events=[Join(start=2), Drift(start=1, target=3, to_group="other")],
+    )
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("traced")
+    traced_run(folder, dcfl_with_a_join_and_a_drift())
+    return folder
+
+
+def test_a_trace_holds_every_envelope_in_order(recorded: Path) -> None:
+    header, records = read_trace(recorded)
+    assert header["mode"] == "full" and len(header["nonce"]) == 6
+    joins = [r for r in records if r.kind == "join_request"]
+    assert sorted(r.client for r in joins) == list(range(7))  # 6, then 1 joins
+    assert all(r.role == "inbound" and r.dir == "up" for r in joins)
+    train = [r for r in records if r.kind == "train_task"]
+    updates = [r for r in records if r.kind == "update_reply"]
+    assert len(train) == len(updates) > 0
+    # Every reply follows its request and answers it.
+    sent = {r.msg_id: i for i, r in enumerate(records) if r.role == "request"}
+    for i, r in enumerate(records):
+        if r.role == "reply" and r.in_reply_to is not None:
+            assert sent[r.in_reply_to] < i
+    assert all(r.data is not None and len(r.data) == r.size for r in records)
+    assert [r.round for r in records] == sorted(r.round for r in records)
+
+
+def test_a_replay_sends_the_same_requests_and_writes_the_same_rows(
+    recorded: Path,
+) -> None:
+    report = replay(recorded)
+    assert report.same, (report.request_difference, report.row_difference)
+    assert report.requests > 0 and len(report.rows) == 4
+
+
+def test_a_changed_aggregation_is_reported_at_the_first_differing_message(
+    recorded: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from clusterfed.algorithms.dcfl import DCFL
+
+    real = DCFL._cluster_means
+
+    def nudged(self, members, labels):  # type: ignore[no-untyped-def]
+        means = real(self, members, labels)
+        return {k: (v + np.float32(1e-3)).astype(np.float32) for k, v in means.items()}
+
+    monkeypatch.setattr(DCFL, "_cluster_means", nudged)
+    report = replay(recorded)
+    assert not report.same
+    difference = report.request_difference
+    assert difference is not None
+    # The first aggregation ends round 0's training: the first request to
+    # differ is round 0's evaluation, in the model's weights it carries.
+    assert difference.where == (
+        "round 0, client 0, evaluate_task.payload.model.weights.sha256"
+    )
+    assert difference.recorded != difference.replayed
+    assert report.row_difference is not None
+
+
+def test_headers_only_traces_leave_out_the_bytes_and_cannot_be_replayed(
+    tmp_path: Path,
+) -> None:
+    traced_run(tmp_path, small_scenario(rounds=1), mode="headers")
+    header, records = read_trace(tmp_path)
+    assert header["mode"] == "headers"
+    assert records and all(r.data is None and r.size > 0 for r in records)
+    with pytest.raises(ConfigError, match="headers only"):
+        replay(tmp_path)
