@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clusterfed import __version__
-from clusterfed.errors import ClusterfedError
+from clusterfed.errors import ClusterfedError, ConfigError
 
 if TYPE_CHECKING:
     from clusterfed.api import RunResult
@@ -73,8 +74,55 @@ def _run(args: argparse.Namespace) -> int:
         progress=_progress(args),
         checkpoint_every=args.checkpoint_every,
         overwrite=args.overwrite,
+        trace=args.trace,
     )
     _report(result)
+    return 0
+
+
+def _trace(args: argparse.Namespace) -> int:
+    from clusterfed.trace_report import report
+
+    try:
+        print(
+            report(
+                args.folder,
+                clients=args.client,
+                rounds=args.round,
+                kinds=args.kind,
+                json_output=args.json,
+            )
+        )
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{args.folder}: no readable trace: {exc}") from exc
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from clusterfed.replay import replay
+
+    found = replay(args.folder)
+    print(f"replayed {len(found.rows)} rounds, {found.requests} requests")
+    if found.same:
+        print("the same requests and the same rounds.jsonl (but wall time)")
+        return 0
+    if found.request_difference is not None:
+        print(f"first differing request: {found.request_difference}")
+    if found.row_difference is not None:
+        print(f"first differing row field: {found.row_difference}")
+    return 1
+
+
+def _schema(args: argparse.Namespace) -> int:
+    import json
+
+    from clusterfed.protocol.schema import json_schema
+
+    text = json.dumps(json_schema(), indent=2) + "\n"
+    if args.out:
+        Path(args.out).write_text(text)
+    else:
+        sys.stdout.write(text)
     return 0
 
 
@@ -135,6 +183,26 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plot(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from clusterfed.plots import plot_runs
+
+    folders = [Path(f) for f in args.folders]
+    if args.out is not None:
+        out = Path(args.out)
+    elif len(folders) == 1:
+        out = folders[0] / "runs.png"
+    else:
+        out = Path("runs.png")
+    try:
+        written = plot_runs(folders, out)
+    except (OSError, ValueError) as exc:
+        raise ClusterfedError(str(exc)) from exc
+    print("\n".join(str(p) for p in written))
+    return 0
+
+
 def _overrides(args: argparse.Namespace) -> list[str]:
     extra = [] if args.dp_epsilon is None else [f"dp.epsilon={args.dp_epsilon}"]
     return [*extra, *args.set]
@@ -171,7 +239,35 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="write a checkpoint after every N-th round (see `clusterfed resume`)",
     )
+    run.add_argument(
+        "--trace",
+        nargs="?",
+        const="full",
+        choices=["full", "headers"],
+        help="record every envelope into trace.msgpack (see `clusterfed trace`"
+        " and `clusterfed replay`); --trace=headers leaves out the bytes",
+    )
     run.set_defaults(command=_run)
+
+    trace = sub.add_parser("trace", help="what a run's trace holds, per round")
+    trace.add_argument("folder", help="a results folder of a run with --trace")
+    trace.add_argument("--client", type=int, action="append", default=[])
+    trace.add_argument("--round", type=int, action="append", default=[])
+    trace.add_argument("--kind", action="append", default=[], help="e.g. train_task")
+    trace.add_argument("--json", action="store_true", help="the records, as JSON")
+    trace.set_defaults(command=_trace)
+
+    again_from = sub.add_parser(
+        "replay",
+        help="re-drive a fresh server from a run's trace; report the first"
+        " difference (exit 1)",
+    )
+    again_from.add_argument("folder", help="a results folder of a run with --trace")
+    again_from.set_defaults(command=_replay)
+
+    schema = sub.add_parser("schema", help="the protocol's JSON Schema (draft 2020-12)")
+    schema.add_argument("--out", help="write it to this file (default: stdout)")
+    schema.set_defaults(command=_schema)
 
     again = sub.add_parser(
         "resume", help="continue a stopped run from its last checkpoint"
@@ -204,6 +300,19 @@ def _parser() -> argparse.ArgumentParser:
         " runs/<scenario>-compare-seed<seed>-<hash>-<time>)",
     )
     compare.set_defaults(command=_compare)
+
+    plot = sub.add_parser(
+        "plot",
+        help="accuracy, clusters and ARI of several runs (or a compare folder)"
+        " side by side",
+    )
+    plot.add_argument("folders", nargs="+", metavar="DIR", help="results folders")
+    plot.add_argument(
+        "--out",
+        help="figure path, .png and .pdf are written (default DIR/runs.png for"
+        " one folder, ./runs.png for several)",
+    )
+    plot.set_defaults(command=_plot)
     return parser
 
 

@@ -1,11 +1,21 @@
 """The plots of a run, drawn from its per-round rows (matplotlib, no screen).
 
-Each plot draws all clients in one call and uses fixed margins: a run's plots
-cost a fraction of a second, whatever its size.
+Each figure is written as PNG (150 dpi) and PDF (vector) beside it, at a
+size that reads on a slide or a paper column. Rounds are integers on every
+axis; the rounds where events fired (joins, drifts, stragglers, crashes…)
+are marked on the time axis, and the clients a drift moved are drawn in
+colour in the accuracy plot. Each plot draws all clients in one call: a
+run's plots cost a fraction of a second, whatever its size.
+
+`plot_runs` draws several runs (or a compare folder) side by side:
+`clusterfed plot DIR [DIR…]`.
 """
 
 from __future__ import annotations
 
+import json
+import warnings
+from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,22 +25,41 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.colors import BoundaryNorm, ListedColormap  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 Row = dict[str, Any]
-_MARGINS = {"left": 0.1, "right": 0.97, "top": 0.9, "bottom": 0.13}
+FORMATS = ("png", "pdf")
+# Events worth a mark on the time axis, with their colour.
+EVENT_COLOURS = {
+    "join": "tab:green",
+    "leave": "tab:olive",
+    "drift": "tab:red",
+    "straggle": "tab:orange",
+    "crash": "tab:purple",
+    "recover": "tab:cyan",
+    "network": "tab:brown",
+}
+# Distinct colours for cluster ids; past these, a colour bar instead.
+_PALETTE = [
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+    "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#000075", "#aaffc3",
+]  # fmt: skip
 
 
 def plot_run(out: Path, rows: Sequence[Row], title: str) -> list[Path]:
-    """Write accuracy.png, clusters.png and clustering.png into `out`."""
+    """Write accuracy, clusters and clustering (.png and .pdf) into `out`."""
     if not rows:
         return []
     rounds = np.array([r["round"] for r in rows])
     ids = sorted({c["id"] for r in rows for c in r["clients"]})
     return [
-        _accuracy(out / "accuracy.png", rounds, _grid(rows, ids, "acc"), title),
-        _clusters(out / "clusters.png", _grid(rows, ids, "cluster"), title),
-        _clustering(out / "clustering.png", rounds, rows, title),
+        *_accuracy(
+            out / "accuracy.png", rounds, _grid(rows, ids, "acc"), rows, ids, title
+        ),
+        *_clusters(out / "clusters.png", rounds, rows, ids, title),
+        *_clustering(out / "clustering.png", rounds, rows, title),
     ]
 
 
@@ -45,50 +74,264 @@ def _grid(rows: Sequence[Row], ids: list[int], key: str) -> np.ndarray:
     return grid
 
 
-def _accuracy(path: Path, rounds: np.ndarray, accs: np.ndarray, title: str) -> Path:
-    """Per-client accuracy in grey, the mean in black (DCFL Fig. 4)."""
-    fig, ax = plt.subplots(figsize=(7, 4))
+def _events(rows: Sequence[Row]) -> list[tuple[int, str, list[int]]]:
+    """(round, kind, clients) of every event applied, in order."""
+    return [
+        (row["round"], str(e.get("kind")), list(e.get("clients") or []))
+        for row in rows
+        for e in row.get("events") or []
+        if isinstance(e, dict)
+    ]
+
+
+def _mark_events(ax: Any, rows: Sequence[Row]) -> list[Patch]:
+    """Vertical marks at the rounds events fired (drawn before the round's
+    training, so just left of its point); legend handles of the kinds."""
+    kinds: dict[str, str] = {}
+    for round, kind, _ in _events(rows):
+        colour = EVENT_COLOURS.get(kind)
+        if colour is None:
+            continue
+        ax.axvline(round - 0.5, color=colour, alpha=0.5, linewidth=1, zorder=0)
+        kinds[kind] = colour
+    return [Patch(color=c, alpha=0.5, label=k) for k, c in kinds.items()]
+
+
+def _accuracy(
+    path: Path,
+    rounds: np.ndarray,
+    accs: np.ndarray,
+    rows: Sequence[Row],
+    ids: list[int],
+    title: str,
+) -> list[Path]:
+    """Per-client accuracy in grey, the mean in black (DCFL Fig. 4); clients
+    that drifted in colour."""
+    fig, ax = plt.subplots(figsize=(6.4, 4))
     ax.plot(rounds, accs.T, color="0.75", linewidth=0.8)
+    drifted = sorted(
+        {c for _, kind, cs in _events(rows) if kind == "drift" for c in cs}
+    )
+    index = {cid: i for i, cid in enumerate(ids)}
+    for n, cid in enumerate(d for d in drifted if d in index):
+        ax.plot(
+            rounds,
+            accs[index[cid]],
+            color=_PALETTE[n % len(_PALETTE)],
+            linewidth=1,
+            label=f"client {cid} (drifted)" if n < 6 else None,
+        )
     counted = np.isfinite(accs).sum(axis=0)
     mean = np.where(
         counted > 0, np.nansum(accs, axis=0) / np.maximum(counted, 1), np.nan
     )
     ax.plot(rounds, mean, color="black", linewidth=2, label="mean")
+    marks = _mark_events(ax, rows)
     ax.set(xlabel="round", ylabel="client accuracy", ylim=(0, 1), title=title)
-    ax.legend(loc="lower right")
+    _integer_rounds(ax)
+    handles, _ = ax.get_legend_handles_labels()
+    ax.legend(handles=[*handles, *marks], loc="lower right", fontsize="small")
     return _save(fig, path)
 
 
-def _clusters(path: Path, clusters: np.ndarray, title: str) -> Path:
-    """Each client's cluster per round, one colour per cluster id (ids past 20
-    reuse colours); blank where a client had none."""
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.imshow(
-        np.mod(clusters, 20),
+def _clusters(
+    path: Path, rounds: np.ndarray, rows: Sequence[Row], ids: list[int], title: str
+) -> list[Path]:
+    """Each client's cluster per round (blank where it had none), with the
+    ground-truth group of each client (its last) in a strip beside it."""
+    clusters = _grid(rows, ids, "cluster")
+    groups = _grid(rows, ids, "group")
+    truth = np.array([_last(g) for g in groups])
+    fig, (strip, ax) = plt.subplots(
+        1,
+        2,
+        figsize=(7, 4.2),
+        sharey=True,
+        gridspec_kw={"width_ratios": [1, 14], "wspace": 0.04},
+    )
+    found = sorted({int(v) for v in clusters[np.isfinite(clusters)]})
+    extent = (rounds[0] - 0.5, rounds[-1] + 0.5, len(ids) - 0.5, -0.5)
+    if len(found) <= len(_PALETTE):
+        # One distinct colour per cluster id, named in a legend.
+        code = {cid: i for i, cid in enumerate(found)}
+        shown = np.vectorize(lambda v: code.get(int(v), np.nan) if v == v else np.nan)(
+            clusters
+        )
+        cmap = ListedColormap(_PALETTE[: max(len(found), 1)])
+        norm = BoundaryNorm(np.arange(-0.5, max(len(found), 1)), cmap.N)
+        ax.imshow(
+            shown,
+            aspect="auto",
+            interpolation="nearest",
+            cmap=cmap,
+            norm=norm,
+            extent=extent,
+        )
+        ax.legend(
+            handles=[Patch(color=_PALETTE[i], label=str(c)) for c, i in code.items()],
+            title="cluster",
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1),
+            fontsize="small",
+        )
+    else:
+        image = ax.imshow(
+            clusters,
+            aspect="auto",
+            interpolation="nearest",
+            cmap="viridis",
+            extent=extent,
+        )
+        fig.colorbar(image, ax=ax, label="cluster id")
+    strip.imshow(
+        truth[:, None],
         aspect="auto",
         interpolation="nearest",
-        cmap="tab20",
-        vmin=0,
-        vmax=19,
+        cmap="Greys",
+        extent=(-0.5, 0.5, len(ids) - 0.5, -0.5),
     )
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set(xlabel="round", ylabel="client", title=f"{title}: clusters (colour = id)")
-    return _save(fig, path)
+    strip.set_xticks([0], ["truth"])
+    strip.set_ylabel("client")
+    strip.yaxis.set_major_locator(MaxNLocator(integer=True))
+    _mark_events(ax, rows)
+    ax.set(xlabel="round", title=f"{title}: clusters")
+    _integer_rounds(ax)
+    fig.subplots_adjust(left=0.09, right=0.86, top=0.9, bottom=0.13)
+    return _save(fig, path, margins=False)
+
+
+def _last(values: np.ndarray) -> float:
+    finite = values[np.isfinite(values)]
+    return float(finite[-1]) if finite.size else np.nan
 
 
 def _clustering(
     path: Path, rounds: np.ndarray, rows: Sequence[Row], title: str
-) -> Path:
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    for key in ("purity", "ari"):
-        ax.plot(rounds, [np.nan if r[key] is None else r[key] for r in rows], label=key)
-    ax.set(xlabel="round", ylim=(-0.05, 1.05), title=f"{title}: clustering quality")
-    ax.legend(loc="lower right")
+) -> list[Path]:
+    """Purity (thick, behind) and ARI (dashed, in front): both show when equal."""
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    styles = {
+        "purity": {"linewidth": 3, "alpha": 0.6},
+        "ari": {"linewidth": 1.5, "linestyle": "--"},
+    }
+    for key, style in styles.items():
+        values = [np.nan if r[key] is None else r[key] for r in rows]
+        ax.plot(rounds, values, label=key, **style)
+    marks = _mark_events(ax, rows)
+    ax.set(
+        xlabel="round",
+        ylabel="score against the ground truth",
+        ylim=(-0.05, 1.05),
+        title=f"{title}: clustering quality",
+    )
+    _integer_rounds(ax)
+    handles, _ = ax.get_legend_handles_labels()
+    ax.legend(handles=[*handles, *marks], loc="lower right", fontsize="small")
     return _save(fig, path)
 
 
-def _save(fig: Any, path: Path) -> Path:
-    fig.subplots_adjust(**_MARGINS)
-    fig.savefig(path, dpi=100)
+def _integer_rounds(ax: Any) -> None:
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _save(fig: Any, path: Path, *, margins: bool = True) -> list[Path]:
+    """`path` (PNG) and the same figure in the other FORMATS beside it."""
+    if margins:
+        fig.tight_layout()
+    written = []
+    for fmt in FORMATS:
+        target = path.with_suffix(f".{fmt}")
+        fig.savefig(target, dpi=150)
+        written.append(target)
     plt.close(fig)
-    return path
+    return written
+
+
+# -- several runs side by side ---------------------------------------------------
+
+
+def plot_runs(folders: Sequence[Path], out: Path) -> list[Path]:
+    """Mean client accuracy (with a band), number of clusters and ARI per
+    round of several runs side by side; a compare folder stands for its runs.
+
+    Runs with the same scenario and algorithm (seeds of one setting) are
+    aggregated: the line is the mean over runs, the band their min..max; a
+    single run's band is ± the std over its clients.
+
+    Raises:
+        ValueError: a folder holds no run.
+    """
+    series: dict[str, list[list[Row]]] = defaultdict(list)
+    for folder in folders:
+        for label, rows in _runs_in(folder):
+            series[label].append(rows)
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    for n, (label, runs) in enumerate(series.items()):
+        colour = _PALETTE[n % len(_PALETTE)]
+        _series(axes[0], runs, _mean_acc, colour, label, band=_client_band)
+        _series(axes[1], runs, lambda r: r["n_clusters"], colour, label)
+        _series(axes[2], runs, lambda r: r["ari"], colour, label)
+    for ax, ylabel in zip(
+        axes, ("mean client accuracy", "clusters", "ARI"), strict=True
+    ):
+        ax.set(xlabel="round", ylabel=ylabel)
+        _integer_rounds(ax)
+    axes[0].set_ylim(0, 1.02)
+    axes[1].yaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[0].legend(loc="lower right", fontsize="small")
+    return _save(fig, out.with_suffix(".png"))
+
+
+def _runs_in(folder: Path) -> list[tuple[str, list[Row]]]:
+    if (folder / "comparison.json").exists():
+        names = json.loads((folder / "comparison.json").read_text())
+        return [run for name in names for run in _runs_in(folder / name)]
+    rounds = folder / "rounds.jsonl"
+    if not rounds.is_file():
+        raise ValueError(f"{folder}: no rounds.jsonl (not a results folder)")
+    rows = [json.loads(line) for line in rounds.read_text().splitlines() if line]
+    config = json.loads((folder / "config.json").read_text())
+    scenario = config.get("scenario", {})
+    return [(f"{scenario.get('name', '?')} · {scenario.get('algorithm', '?')}", rows)]
+
+
+def _mean_acc(row: Row) -> float | None:
+    accs = [c["acc"] for c in row["clients"] if c["acc"] is not None]
+    return float(np.mean(accs)) if accs else None
+
+
+def _client_band(row: Row) -> tuple[float, float] | None:
+    accs = [c["acc"] for c in row["clients"] if c["acc"] is not None]
+    if not accs:
+        return None
+    mean, std = float(np.mean(accs)), float(np.std(accs))
+    return mean - std, mean + std
+
+
+def _series(
+    ax: Any,
+    runs: list[list[Row]],
+    value: Any,
+    colour: str,
+    label: str,
+    band: Any = None,
+) -> None:
+    length = min(len(rows) for rows in runs)
+    rounds = np.array([r["round"] for r in runs[0][:length]])
+    values = np.array(
+        [
+            [np.nan if (v := value(r)) is None else v for r in rows[:length]]
+            for rows in runs
+        ]
+    )
+    with warnings.catch_warnings():  # a round where no run has a value
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = np.nanmean(values, axis=0)
+        low, high = np.nanmin(values, axis=0), np.nanmax(values, axis=0)
+    ax.plot(rounds, mean, color=colour, label=label)
+    if len(runs) > 1:
+        ax.fill_between(rounds, low, high, color=colour, alpha=0.2)
+    elif band is not None:
+        spans = [band(r) or (np.nan, np.nan) for r in runs[0][:length]]
+        low, high = zip(*spans, strict=True)
+        ax.fill_between(rounds, low, high, color=colour, alpha=0.2)

@@ -79,3 +79,26 @@ def test_own_algorithms_give_the_same_results_on_ray(tmp_path: Path) -> None:
             assert _accuracies(local.rows) == _accuracies(on_ray.rows), name
     finally:
         ray.shutdown()
+
+
+def test_fedmedian_moves_the_model_by_the_median_delta() -> None:
+    # The example of docs/writing-a-strategy.md.
+    import numpy as np
+    from numpy.testing import assert_allclose
+    from tests_plugin import FedMedian
+
+    from clusterfed.algorithms import ClientUpdate, ServerState
+    from clusterfed.types import ClientId, ClusterId
+
+    model = np.zeros(2, dtype=np.float32)
+    state = ServerState(models={ClusterId(0): model}, assignment={})
+    deltas = [[1.0, -1.0], [2.0, 5.0], [100.0, 0.0]]
+    updates = [
+        ClientUpdate(
+            ClientId(i), ClusterId(0), "ok", model, np.array(d, np.float32), 10, 1.0
+        )
+        for i, d in enumerate(deltas)
+    ]
+    new = FedMedian().aggregate(state, 0, updates, np.random.default_rng(0))
+    assert_allclose(new.models[ClusterId(0)], [2.0, 0.0])
+    assert state.models[ClusterId(0)] is model

@@ -125,3 +125,30 @@ def test_the_public_names_are_the_functions() -> None:
 
     assert clusterfed.compare is comparison.compare
     assert callable(clusterfed.load)
+
+
+def test_plot_draws_a_compare_folder_and_runs_side_by_side(tmp_path: Path) -> None:
+    clusterfed.compare(
+        small_scenario(rounds=2), ["fedavg", "fedprox"], out=tmp_path / "cmp"
+    )
+    clusterfed.run(small_scenario(rounds=2, seed=1), out=tmp_path / "seed1")
+    assert main(["plot", str(tmp_path / "cmp")]) == 0
+    assert (tmp_path / "cmp" / "runs.png").stat().st_size > 0
+    assert (tmp_path / "cmp" / "runs.pdf").exists()
+    figure = tmp_path / "all.png"
+    assert (
+        main(
+            [
+                "plot",
+                str(tmp_path / "cmp"),
+                str(tmp_path / "seed1"),
+                "--out",
+                str(figure),
+            ]
+        )
+        == 0
+    )
+    assert figure.exists() and figure.with_suffix(".pdf").exists()
+    for name in ("accuracy", "clusters", "clustering"):
+        assert (tmp_path / "seed1" / f"{name}.pdf").exists()
+    assert main(["plot", str(tmp_path / "nothing")]) == 2

@@ -14,13 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from clusterfed.algorithms import (
-    ClientInfo,
-    ClientUpdate,
-    ServerState,
-    Strategy,
-    TaskPlan,
-)
+from clusterfed.algorithms import ClientUpdate, ServerState, Strategy
 from clusterfed.algorithms.fedavg import FedAvg
 
 
@@ -41,15 +35,6 @@ class FedMedian(Strategy[ServerState]):
         if not server_lr > 0:
             raise ValueError(f"server_lr must be > 0, got {server_lr}")
         self.server_lr = server_lr
-
-    def plan_round(
-        self,
-        state: ServerState,
-        round: int,
-        clients: Sequence[ClientInfo],
-        rng: np.random.Generator,
-    ) -> list[TaskPlan]:
-        return [self.plan_for(state, c.id) for c in clients]
 
     def aggregate(
         self,
