@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterfed.actors.runtimes import Runtime, local_runtime
+from clusterfed.actors.trace import TRACE_MODES
 from clusterfed.errors import ConfigError
 from clusterfed.scenarios import Scenario, load_scenario, validate, with_overrides
 
@@ -39,6 +40,7 @@ def run(
     on_round: OnRound | None = None,
     overwrite: bool = False,
     command: Sequence[str] | None = None,
+    trace: str | None = None,
 ) -> RunResult:
     """Run `scenario` and write its results folder.
 
@@ -65,6 +67,8 @@ def run(
         overwrite: replace the results in a non-empty `out` (a folder that
             holds no clusterfed results is never emptied).
         command: the command line config.json records (default `sys.argv`).
+        trace: "full" records every envelope into trace.msgpack in the
+            folder, "headers" every envelope's header (see docs/protocol.md).
 
     Raises:
         ScenarioError: the scenario or an override is invalid (nothing has run).
@@ -75,6 +79,10 @@ def run(
     """
     if checkpoint_every is not None and checkpoint_every < 1:
         raise ConfigError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
+    if trace not in (None, *TRACE_MODES):
+        raise ConfigError(
+            f"trace must be one of {', '.join(TRACE_MODES)}, got {trace!r}"
+        )
     resolved = with_overrides(
         load_scenario(scenario),
         overrides,
@@ -100,6 +108,7 @@ def run(
             checkpoint_every=checkpoint_every,
             on_round=on_round,
             provenance=run_provenance(command),
+            trace=trace,
         )
     )
 
@@ -211,6 +220,7 @@ async def _run(
     start: Checkpoint | None = None,
     on_round: OnRound | None = None,
     provenance: dict[str, Any] | None = None,
+    trace: str | None = None,
 ) -> RunResult:
     """Run the rounds of `scenario`, from the first or from checkpoint `start`;
     under Ray the federation runs in a Ray actor and this loop only streams."""
@@ -222,7 +232,7 @@ async def _run(
         **(provenance or {}),
     }
     options: dict[str, Any] = dict(
-        config=config, checkpoint_every=checkpoint_every, resume=start
+        config=config, checkpoint_every=checkpoint_every, resume=start, trace=trace
     )
     federation: Any
     if runtime.name == "ray":

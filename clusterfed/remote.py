@@ -18,6 +18,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from clusterfed.actors.runtimes.ray import RayRuntime
+from clusterfed.actors.trace import TraceMode
 from clusterfed.algorithms import Strategy
 from clusterfed.algorithms.registry import is_builtin, register, resolve
 from clusterfed.scenarios import Scenario
@@ -39,6 +40,7 @@ class FederationActor:
         checkpoint_every: int | None,
         resume: Checkpoint | None,
         plugin: type[Strategy[Any]] | None = None,
+        trace: TraceMode | None = None,
     ) -> None:
         import torch
 
@@ -52,6 +54,7 @@ class FederationActor:
             config=config,
             checkpoint_every=checkpoint_every,
             resume=resume,
+            trace=trace,
         )
 
     async def start(self) -> int:
@@ -99,6 +102,7 @@ class RemoteFederation:
         config: dict[str, Any],
         checkpoint_every: int | None = None,
         resume: Checkpoint | None = None,
+        trace: TraceMode | None = None,
     ) -> None:
         self.scenario = scenario
         self.out = out
@@ -121,7 +125,14 @@ class RemoteFederation:
                 scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
             )
             .remote(
-                scenario, runtime, str(out), config, checkpoint_every, resume, plugin
+                scenario,
+                runtime,
+                str(out),
+                config,
+                checkpoint_every,
+                resume,
+                plugin,
+                trace,
             )
         )
 

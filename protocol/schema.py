@@ -29,8 +29,8 @@ def json_schema() -> dict[str, Any]:
     schema = ENVELOPE_ADAPTER.json_schema(mode="validation")
     return {
         "$schema": DRAFT,
-        "$id": f"https://clusterfed.invalid/protocol/{PROTOCOL_VERSION}/envelope",
-        "title": f"clusterfed envelope, protocol version {PROTOCOL_VERSION}",
+        "$id": f"urn:clusterfed:protocol:{PROTOCOL_VERSION}:envelope",
         **schema,
+        "title": f"clusterfed envelope, protocol version {PROTOCOL_VERSION}",
         "x-message-kinds": message_kinds(),
     }

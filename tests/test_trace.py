@@ -91,3 +91,31 @@ def test_headers_only_traces_leave_out_the_bytes_and_cannot_be_replayed(
     assert records and all(r.data is None and r.size > 0 for r in records)
     with pytest.raises(ConfigError, match="headers only"):
         replay(tmp_path)
+
+
+def test_the_command_line_records_summarizes_and_replays_a_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from clusterfed.cli import main
+
+    out = tmp_path / "run"
+    args = ["run", "quickstart", "--rounds", "2", "--clients", "4", "--quiet"]
+    assert main([*args, "--workers", "1", "--trace", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["trace", str(out), "--client", "2", "--kind", "train_task"]) == 0
+    text = capsys.readouterr().out
+    assert "round 0" in text and "round 1" in text
+    assert "client 2: train_task" in text and "→ update_reply" in text
+    assert "client 1" not in text
+    assert main(["trace", str(out), "--json", "--round", "0"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert records and {r["round"] for r in records} == {0}
+    assert {r["client"] for r in records} == {0, 1, 2, 3}
+    assert main(["replay", str(out)]) == 0
+    assert "the same requests" in capsys.readouterr().out
+    schema = tmp_path / "schema.json"
+    assert main(["schema", "--out", str(schema)]) == 0
+    assert "update_reply" in json.loads(schema.read_text())["x-message-kinds"]
+    assert main(["trace", str(tmp_path)]) == 2  # no trace there

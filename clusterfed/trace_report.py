@@ -1,0 +1,107 @@
+"""`clusterfed trace DIR`: what a trace holds, per round and client, readable.
+
+Each request is shown with what came back (the reply's kind, or "no reply",
+or the runtime's error) and both sizes; messages a client sent on its own
+(joins, leaves) with the server's answer. Filters pick clients, rounds and
+kinds; `--json` gives the records themselves (without their bytes).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from clusterfed.actors.trace import TraceRecord, read_trace
+
+
+def select(
+    records: Iterable[TraceRecord],
+    *,
+    clients: Sequence[int] = (),
+    rounds: Sequence[int] = (),
+    kinds: Sequence[str] = (),
+) -> list[TraceRecord]:
+    """The records of the given clients, rounds and kinds (all when empty); a
+    reply goes with its request whatever its own kind."""
+    chosen: list[TraceRecord] = []
+    keep_reply: set[int] = set()
+    for record in records:
+        if clients and record.client not in clients:
+            continue
+        if rounds and record.round not in rounds:
+            continue
+        if record.role in ("reply", "answer") and record.client in keep_reply:
+            keep_reply.discard(record.client)
+            chosen.append(record)
+            continue
+        if kinds and record.kind not in kinds:
+            continue
+        if record.role in ("request", "inbound"):
+            keep_reply.add(record.client)
+        chosen.append(record)
+    return chosen
+
+
+def as_json(records: Iterable[TraceRecord]) -> str:
+    return json.dumps(
+        [{k: v for k, v in asdict(r).items() if k != "data"} for r in records],
+        indent=1,
+    )
+
+
+def as_text(header: dict[str, Any], records: Sequence[TraceRecord]) -> str:
+    """Per round, each client's exchanges: `kind size → kind size`."""
+    lines = [
+        f"trace of protocol version {header.get('protocol_version')},"
+        f" {header.get('mode')} mode, {len(records)} messages"
+    ]
+    by_round: dict[int, dict[int, list[str]]] = {}
+    totals: dict[int, list[int]] = {}
+    pending: dict[int, str] = {}
+    for r in records:
+        lines_of = by_round.setdefault(r.round, {}).setdefault(r.client, [])
+        total = totals.setdefault(r.round, [0, 0])
+        total[0 if r.dir == "down" else 1] += r.size
+        shown = f"{r.kind or 'undecodable'} {_size(r.size)}"
+        if r.role in ("request", "inbound"):
+            pending[r.client] = shown
+            lines_of.append(shown)
+        else:
+            answer = r.outcome if r.outcome is not None else shown
+            start = pending.pop(r.client, "?")
+            if lines_of and lines_of[-1] == start:
+                lines_of[-1] = f"{start} → {answer}"
+            else:
+                lines_of.append(f"→ {answer}")
+    for round_, clients in sorted(by_round.items()):
+        down, up = totals[round_]
+        label = "before the first round" if round_ < 0 else f"round {round_}"
+        lines.append(f"{label}: {_size(down)} down, {_size(up)} up")
+        for client, exchanges in sorted(clients.items()):
+            lines.append(f"  client {client}: " + "; ".join(exchanges))
+    return "\n".join(lines)
+
+
+def report(
+    folder: str | Path,
+    *,
+    clients: Sequence[int] = (),
+    rounds: Sequence[int] = (),
+    kinds: Sequence[str] = (),
+    json_output: bool = False,
+) -> str:
+    """The trace in `folder`, filtered, as text or JSON."""
+    header, records = read_trace(Path(folder))
+    chosen = select(records, clients=clients, rounds=rounds, kinds=kinds)
+    return as_json(chosen) if json_output else as_text(header, chosen)
+
+
+def _size(n: int) -> str:
+    if n >= 1_000_000:
+        return f"{n / 1e6:.1f} MB"
+    if n >= 1_000:
+        return f"{n / 1e3:.1f} kB"
+    return f"{n} B"
