@@ -210,7 +210,7 @@ def _clustering(
 ) -> list[Path]:
     """Purity (thick, behind) and ARI (dashed, in front): both show when equal."""
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    styles = {
+    styles: dict[str, dict[str, Any]] = {
         "purity": {"linewidth": 3, "alpha": 0.6},
         "ari": {"linewidth": 1.5, "linestyle": "--"},
     }
