@@ -154,9 +154,9 @@ def _clusters(
     if len(found) <= len(_PALETTE):
         # One distinct colour per cluster id, named in a legend.
         code = {cid: i for i, cid in enumerate(found)}
-        shown = np.vectorize(lambda v: code.get(int(v), np.nan) if v == v else np.nan)(
-            clusters
-        )
+        shown = np.full(clusters.shape, np.nan)
+        for cid, i in code.items():
+            shown[clusters == cid] = i
         cmap = ListedColormap(_PALETTE[: max(len(found), 1)])
         norm = BoundaryNorm(np.arange(-0.5, max(len(found), 1)), cmap.N)
         ax.imshow(
