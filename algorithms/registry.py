@@ -109,9 +109,9 @@ def resolve(name: str) -> type[Strategy[Any]]:
                 f"algorithm {name!r} (plug-in {point.value!r}): {exc}"
             ) from exc
     close = difflib.get_close_matches(name, known, n=3)
-    hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+    hint = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
     raise ConfigError(
-        f"unknown algorithm {name!r}{hint} Known: {', '.join(known)};"
+        f"unknown algorithm {name!r}{hint}; known: {', '.join(known)};"
         " or name one of your own as package.module:Class"
     )
 
@@ -221,10 +221,10 @@ def make(name: str, **params: Any) -> Strategy[Any]:
     unknown = sorted(set(params) - set(takes))
     if unknown:
         close = [m for u in unknown for m in difflib.get_close_matches(u, takes, n=1)]
-        hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+        hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
         raise ConfigError(
-            f"{name} has no parameter {', '.join(map(repr, unknown))}{hint}"
-            f" It takes: {', '.join(takes) or 'none'}"
+            f"{name} has no parameter {', '.join(map(repr, unknown))}{hint};"
+            f" it takes: {', '.join(takes) or 'none'}"
         )
     try:
         return cls(**params)
