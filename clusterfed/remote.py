@@ -71,8 +71,10 @@ class FederationActor:
     async def close(self) -> None:
         await self.federation.close()
 
-    async def handle(self, data: bytes) -> bytes:
-        return await self.federation.handle(data)
+    async def handle(self, data: bytes, client: int | None = None) -> bytes:
+        """A message a client sent on its own (a restarted host's rejoin);
+        `client`: the client whose host delivered it."""
+        return await self.federation.handle(data, client)
 
 
 def _plugin(algorithm: str) -> type[Strategy[Any]] | None:

@@ -48,8 +48,8 @@ class RayClientHost:
         if federation is not None and (
             ray.get_runtime_context().was_current_actor_reconstructed
         ):
-            for join in joins:
-                federation.handle.remote(join)
+            for spec, join in zip(specs, joins, strict=True):
+                federation.handle.remote(join, spec.id)
 
     def initial_joins(self) -> list[bytes]:
         """The join requests of the clients it was built with."""
