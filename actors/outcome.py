@@ -43,6 +43,7 @@ class ClientOutcome:
     bytes_down: int = 0
     sim_s: float = 0.0
     epsilon: float | None = None  # local DP: the ε it last reported spending
+    staleness: int | None = None  # async: server versions since its model was sent
 
     @property
     def planned(self) -> bool:
@@ -83,6 +84,7 @@ class ClientOutcome:
             "sim_s": self.sim_s,
             "epsilon": self.epsilon,
             "reason": self.reason,
+            **({} if self.staleness is None else {"staleness": self.staleness}),
         }
 
 

@@ -178,6 +178,8 @@ class Strategy(ABC, Generic[S]):
     """How each cluster folds its members' updates into one step
     (`robust.py`): the scenario's `aggregator`, set where the strategy is
     built. `mean`, the default, is the algorithm's own weighted mean."""
+    supports_async: ClassVar[bool] = False
+    """Whether the strategy has an asynchronous mode (`absorb`)."""
 
     @property
     def initial_models(self) -> int:
@@ -273,6 +275,22 @@ class Strategy(ABC, Generic[S]):
         """The model a client is evaluated with: its cluster's."""
         cluster = state.assignment[client]
         return cluster, state.models[cluster]
+
+    def absorb(
+        self,
+        state: S,
+        update: ClientUpdate,
+        staleness: int,
+        rng: np.random.Generator,
+    ) -> tuple[S, bool]:
+        """Asynchronous mode: fold one update as it arrives, `staleness`
+        server versions after its model was sent. Returns the new state and
+        whether the model changed (a new version, recorded as one row).
+
+        Raises:
+            NotImplementedError: the strategy has no asynchronous mode.
+        """
+        raise NotImplementedError(f"{self.name} has no asynchronous mode")
 
     def plan_for(self, state: S, client: ClientId) -> TaskPlan:
         cluster, weights = self.model_for(state, client)

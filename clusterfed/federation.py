@@ -22,8 +22,10 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from clusterfed.actors import ClientSpec, ParameterServer, SimClock
+from clusterfed.actors.asynchronous import AsyncDriver
 from clusterfed.actors.runtimes import Runtime
 from clusterfed.actors.trace import TraceMode, TraceWriter, TracingRuntime
+from clusterfed.errors import ConfigError
 from clusterfed.protocol import Shutdown, Welcome, decode
 from clusterfed.scenarios import RunPlan, Scenario, ScenarioEngine, plan_run
 from clusterfed.scenarios.build import STRATEGY_STREAM
@@ -31,7 +33,15 @@ from clusterfed.seeding import numpy_rng
 
 from .checkpoint import CHECKPOINT, Checkpoint, write_checkpoint
 from .provenance import algorithm_record
-from .results import Row, RunRecorder, RunResult, cbcc_scores, mean_std
+from .results import (
+    Row,
+    RunRecorder,
+    RunResult,
+    cbcc_scores,
+    mean_std,
+    staleness_summary,
+    time_to_accuracy,
+)
 
 OnRound = Callable[[Row], None]
 
@@ -108,6 +118,15 @@ class Federation:
         self.engine = ScenarioEngine(self.plan)
         self.clock = SimClock()
         self.server = build_server(self.plan, runtime, self.clock)
+        self.driver: AsyncDriver | None = None
+        if scenario.mode == "async":
+            if checkpoint_every is not None or resume is not None:
+                raise ConfigError("checkpoints are not available in async mode yet")
+            self.driver = AsyncDriver(
+                self.server,
+                concurrency=scenario.concurrency,
+                max_staleness=scenario.max_staleness,
+            )
         self._resume = resume
         if resume is None:
             self.recorder = RunRecorder(out, self.config)
@@ -144,7 +163,10 @@ class Federation:
         if self.trace is not None:
             self.trace.round, self.trace.sim = round, self.clock.now
         events = await self.engine.begin_round(self, round, self.clock.now)
-        outcome = await self.server.run_round(round)
+        if self.driver is None:
+            outcome = await self.server.run_round(round)
+        else:
+            outcome = await self.driver.step(round)
         self.clock.advance(outcome.sim_duration)
         await self.runtime.settle()
         row = self.recorder.record(
@@ -165,6 +187,14 @@ class Federation:
         `interrupted`: the run stopped early; the summary covers the rounds
         that finished and says so."""
         extra = self._strategy_summary()
+        rows = self.recorder.rows
+        extra["target_accuracy"] = self.scenario.target_accuracy
+        extra["time_to_accuracy"] = time_to_accuracy(
+            rows, self.scenario.target_accuracy
+        )
+        staleness = staleness_summary(rows)
+        if staleness is not None:
+            extra["staleness"] = staleness
         if interrupted:
             extra["interrupted"] = True
         summary = self.recorder.finish(

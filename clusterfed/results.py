@@ -290,6 +290,35 @@ def summarize(rows: Sequence[Row], *, algorithm: str, scenario: str) -> Row:
     }
 
 
+def time_to_accuracy(rows: Sequence[Row], target: float) -> float | None:
+    """Simulated seconds until the mean client accuracy first reached
+    `target` (the row's sim_time); None if it never did."""
+    for row in rows:
+        accs = mean_std(row)
+        if accs is not None and accs[0] >= target:
+            return float(row["sim_time"])
+    return None
+
+
+def staleness_summary(rows: Sequence[Row]) -> Row | None:
+    """The distribution of the staleness of the updates that arrived (async
+    mode): mean, largest, and how many of each τ; None in synchronous runs."""
+    taus = [
+        c["staleness"]
+        for r in rows
+        for c in r["clients"]
+        if c.get("staleness") is not None
+    ]
+    if not taus:
+        return None
+    values, counts = np.unique(taus, return_counts=True)
+    return {
+        "mean": float(np.mean(taus)),
+        "max": int(max(taus)),
+        "counts": {str(int(v)): int(n) for v, n in zip(values, counts, strict=True)},
+    }
+
+
 def cbcc_scores(
     diagnostics: Mapping[str, Any], iid_truth: Mapping[int, bool] | None
 ) -> Row | None:

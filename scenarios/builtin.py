@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from clusterfed.actors.clock import DeviceProfile
 from clusterfed.protocol import TrainConfig
 
 from . import papers
@@ -43,9 +44,26 @@ def byzantine() -> Scenario:
     )
 
 
+def async_stragglers() -> Scenario:
+    """quickstart with a heavy-tailed fleet: 4 of its 20 clients (20 %) compute
+    and talk 10 times slower. Compare synchronous FedAvg (wait_all, or
+    --set deadline.policy=deadline --set deadline.seconds=2) with --algorithm
+    fedasync or fedbuff --set mode=async (bench/async_stragglers.py)."""
+    slow = DeviceProfile(samples_per_s=50.0, bandwidth_bps=1.25e5)
+    return Scenario(
+        **{
+            **dict(quickstart()),
+            "name": "async-stragglers",
+            "description": async_stragglers.__doc__ or "",
+            "devices": {c: slow for c in (0, 5, 10, 15)},
+        }
+    )
+
+
 BUILTIN: dict[str, Callable[[], Scenario]] = {
     "quickstart": quickstart,
     "byzantine": byzantine,
+    "async-stragglers": async_stragglers,
     "dcfl-dynamic": papers.dcfl_dynamic,
     "ocfl-iid": papers.ocfl_iid,
     "ocfl-noniid": papers.ocfl_noniid,

@@ -255,6 +255,28 @@ class Scenario(_Spec):
     dp: DPSpec | None = Field(
         None, description='local differential privacy; None (or "off"): off'
     )
+    mode: Literal["sync", "async"] = Field(
+        "sync",
+        description="sync: rounds closed by the deadline policy; async: every"
+        " update is folded when it arrives on the simulated clock (a row per"
+        " aggregation), for strategies with an asynchronous mode",
+    )
+    concurrency: int | None = Field(
+        None, ge=1, description="async: clients training at once (default: all)"
+    )
+    max_staleness: int | None = Field(
+        None,
+        ge=0,
+        description="async: updates more server versions old than this are"
+        " dropped (counted late)",
+    )
+    target_accuracy: float = Field(
+        0.8,
+        gt=0,
+        le=1,
+        description="the mean client accuracy whose simulated time"
+        " summary.json reports as time_to_accuracy",
+    )
 
     @field_validator("dp", mode="before")
     @classmethod
@@ -275,7 +297,12 @@ class Scenario(_Spec):
     @model_validator(mode="after")
     def _algorithm_exists(self) -> Scenario:
         # Fails here, before anything runs, with the algorithm's own message.
-        make(self.algorithm, **self.params_of(self.algorithm))
+        strategy = make(self.algorithm, **self.params_of(self.algorithm))
+        if self.mode == "async" and not strategy.supports_async:
+            raise ValueError(
+                f"mode: {self.algorithm!r} has no asynchronous mode"
+                ' (fedasync and fedbuff have one); use mode = "sync"'
+            )
         return self
 
     @model_validator(mode="after")

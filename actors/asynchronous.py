@@ -1,0 +1,192 @@
+"""The asynchronous driver: every update folded when it arrives, on the
+simulated clock.
+
+At most `concurrency` clients train at once. A client's task starts at a
+simulated time with the model of that moment; its update arrives at start +
+download + compute + upload (its device profile, `SimClock.exchange_s`).
+Arrivals are taken from a heap in order of arrival time, ties broken by
+client id, then by start order: the server reacts to each in that order and
+never to one before its time. An arrival is judged like any update, its
+staleness τ is the number of server versions since its model was sent, an
+update older than `max_staleness` versions is dropped (late), and the
+strategy's `absorb` folds it in; the freed client's place goes to an idle
+client drawn from the strategy's random stream, starting at that arrival's
+time. One aggregation (a new model version) is one row of rounds.jsonl:
+`step` runs arrivals until the strategy says the model changed, then every
+client evaluates the current model.
+
+The real training runs when a task is started (the simulation knows the
+update's content and size then), but it is only used at its arrival time;
+events of the scenario (joins, drift, crashes) fire between aggregations.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from clusterfed.algorithms import TaskPlan
+from clusterfed.types import ClientId
+
+from . import phases
+from .outcome import ClientOutcome, Exchange, RoundOutcome
+from .phases import RoundBooks
+
+if TYPE_CHECKING:
+    from .server import ParameterServer
+
+
+@dataclass(frozen=True)
+class _Running:
+    """A task on its way: what was sent, what came back, when it arrives."""
+
+    plan: TaskPlan
+    exchange: Exchange
+    version: int
+    start: float
+    duration: float | None
+
+
+class AsyncDriver:
+    """Runs a `ParameterServer` asynchronously (see the module docstring).
+
+    Args:
+        server: the server whose strategy has an asynchronous mode.
+        concurrency: clients training at once (None: every client).
+        max_staleness: drop updates more versions old than this (None: keep).
+    """
+
+    def __init__(
+        self,
+        server: ParameterServer,
+        *,
+        concurrency: int | None = None,
+        max_staleness: int | None = None,
+    ) -> None:
+        if not server.strategy.supports_async:
+            raise ValueError(f"{server.strategy.name} has no asynchronous mode")
+        self.server = server
+        self.concurrency = concurrency
+        self.max_staleness = max_staleness
+        self.version = 0
+        self._heap: list[tuple[float, int, int, _Running]] = []
+        self._seq = 0
+        # Clients whose task failed in this aggregation rest until the next:
+        # a failure takes no simulated time, and restarting at once would spin.
+        self._resting: set[ClientId] = set()
+
+    async def step(self, round: int) -> RoundOutcome:
+        """Arrivals until the next aggregation; then every client evaluates."""
+        server = self.server
+        server.round = round
+        server.books.begin_round(round)
+        members = [server.clients[c] for c in sorted(server.clients)]
+        books = RoundBooks(
+            round,
+            server.clients,
+            {c.id: ClientOutcome(c.id) for c in members},
+            server._rejections,
+        )
+        start = now = server.clock.now
+        self._resting = set()
+        await self._top_up(books, now)
+        while self._heap:
+            arrival, client, _, running = heapq.heappop(self._heap)
+            now = arrival
+            advanced = self._arrive(books, ClientId(client), running)
+            await self._top_up(books, now)
+            if advanced:
+                self.version += 1
+                break
+        await phases.evaluate(
+            server.courier,
+            books,
+            {c.id: server.strategy.model_for(server.state, c.id) for c in members},
+        )
+        for outcome in books.outcomes.values():
+            outcome.cluster = server.state.assignment.get(outcome.id)
+            outcome.epsilon = server.epsilon.get(outcome.id)
+        rejections, server._rejections = server._rejections, []
+        return RoundOutcome(
+            round=round,
+            sim_duration=now - start,
+            clients=list(books.outcomes.values()),
+            n_clusters=server.state.n_clusters,
+            rejections=rejections,
+            epsilon_max=max(server.epsilon.values(), default=None),
+            diagnostics={
+                **server.strategy.diagnostics(server.state),
+                "version": self.version,
+            },
+        )
+
+    def _arrive(self, books: RoundBooks, client: ClientId, running: _Running) -> bool:
+        """Judge one arrival and fold it in; whether the model changed."""
+        server = self.server
+        if client not in books.outcomes:  # it left while training
+            return False
+        update = phases.judge_update(running.plan, running.exchange, server.limits)
+        staleness = self.version - running.version
+        if (
+            update.ok
+            and self.max_staleness is not None
+            and staleness > self.max_staleness
+        ):
+            update = replace(
+                update,
+                status="late",
+                reason=f"stale: {staleness} versions old,"
+                f" max_staleness = {self.max_staleness}",
+            )
+        outcome = books.outcomes[client]
+        outcome.status = update.status
+        outcome.train_loss = update.loss
+        outcome.sim_s = running.duration or 0.0
+        outcome.staleness = staleness
+        books.book(
+            client,
+            replace(running.exchange, status=update.status, reason=update.reason),
+        )
+        reply = running.exchange.reply
+        epsilon = getattr(reply.payload, "epsilon", None) if reply is not None else None
+        if running.exchange.status == "ok" and epsilon is not None:
+            server.epsilon[client] = epsilon
+        if update.status == "failed":
+            self._resting.add(client)
+        if not update.ok:
+            return False
+        server.state, advanced = server.strategy.absorb(
+            server.state, update, staleness, server.rng
+        )
+        return advanced
+
+    async def _top_up(self, books: RoundBooks, now: float) -> None:
+        """Start idle clients at `now` until `concurrency` are training."""
+        server = self.server
+        busy = {client for _, client, _, _ in self._heap}
+        idle = [
+            c
+            for c in sorted(server.clients)
+            if c not in busy and c not in self._resting
+        ]
+        room = len(server.clients) if self.concurrency is None else self.concurrency
+        free = max(0, room - len(busy))
+        if not idle or not free:
+            return
+        if free < len(idle):
+            picked = server.rng.choice(len(idle), size=free, replace=False)
+            chosen = [idle[i] for i in sorted(picked)]
+        else:
+            chosen = idle
+        plans = [server.strategy.plan_for(server.state, c) for c in chosen]
+        tasks = phases.train_tasks(plans, server.train_config)
+        exchanges = await server.courier.round_trip(
+            list(zip(chosen, tasks, strict=True)), books.round, books.members
+        )
+        for plan, exchange in zip(plans, exchanges, strict=True):
+            duration = phases.duration(server.clock, plan.client, exchange)
+            running = _Running(plan, exchange, self.version, now, duration)
+            arrival = now + (duration if duration is not None else 0.0)
+            heapq.heappush(self._heap, (arrival, int(plan.client), self._seq, running))
+            self._seq += 1
