@@ -62,4 +62,6 @@ def test_dp_epsilon_is_a_shorthand_for_the_dp_section(tmp_path: Path) -> None:
     config = json.loads((tmp_path / "config.json").read_text())
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert config["scenario"]["dp"]["epsilon"] == 3.0
-    assert 0 < summary["epsilon_max"] <= 3.0
+    # the clients train in the one round they planned for: the budget is
+    # spent to Opacus' tolerance (0.01), neither passed nor left unused
+    assert 3.0 - 0.01 <= summary["epsilon_max"] <= 3.0

@@ -165,8 +165,26 @@ def test_an_update_above_the_norm_bound_is_refused() -> None:
 
 
 def test_without_a_bound_a_large_update_is_taken() -> None:
-    _, outcomes = run(rewrite=in_round(1, scaled(1e4)))
-    assert [o.rejected_messages for o in outcomes] == [0, 0, 0]
+    # Round 1 is the last: the hostile update, 1e4 times what the client
+    # trained, is averaged in by its share of the samples, so the model ends
+    # (1e4 - 1) x share x delta away from the clean run's.
+    transport = Capture()
+    clean, _ = run(rounds=2, rewrite=transport.record)
+    server, outcomes = run(rounds=2, rewrite=in_round(1, scaled(1e4)))
+    assert [o.rejected_messages for o in outcomes] == [0, 0]
+    assert {c.id for c in outcomes[1].clients if c.trained} == set(range(6))
+    replies: dict[ClientId, UpdateReply] = {}
+    for (client, r), data in transport.sent.items():
+        payload = decode(data).payload
+        if r == 1 and isinstance(payload, UpdateReply):
+            replies[client] = payload
+    assert len(replies) == 6
+    share = replies[HOSTILE].n_samples / sum(p.n_samples for p in replies.values())
+    delta = replies[HOSTILE].delta.astype(np.float64)
+    expected = (1e4 - 1) * share * delta
+    moved = server.state.models[0].astype(np.float64) - clean.state.models[0]
+    assert np.linalg.norm(expected) > 1.0  # far more than a round's step
+    np.testing.assert_allclose(moved, expected, rtol=1e-3, atol=1e-3)
 
 
 def test_a_replayed_reply_of_a_round_that_is_over_is_refused() -> None:

@@ -137,4 +137,6 @@ def test_dp_runs_on_ray(tmp_path: Path) -> None:
     local = clusterfed.run(scenario, out=tmp_path / "local")
     on_ray = clusterfed.run(scenario, out=tmp_path / "ray", runtime="ray")
     assert _accuracies(local.rows) == _accuracies(on_ray.rows)
-    assert 0 < on_ray.summary["epsilon_max"] <= 5.0
+    # both rounds trained: the budget is spent to Opacus' tolerance (0.01)
+    assert 5.0 - 0.01 <= on_ray.summary["epsilon_max"] <= 5.0
+    assert on_ray.summary["epsilon_max"] == local.summary["epsilon_max"]
