@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgpack
@@ -29,7 +29,7 @@ from test_hostile import (
     scaled,
 )
 
-from clusterfed.actors import InlineRuntime, ParameterServer, RoundOutcome
+from clusterfed.actors import Client, InlineRuntime, ParameterServer, RoundOutcome
 from clusterfed.errors import ConfigError
 from clusterfed.protocol import (
     MAX_REASON,
@@ -42,6 +42,7 @@ from clusterfed.protocol import (
 )
 from clusterfed.protocol.tensor import TENSOR_EXT, pack_tensor
 from clusterfed.scenarios import plan_run
+from clusterfed.testing import ServerHarness
 from clusterfed.types import ClientId
 from helpers import small_scenario, start_server
 
@@ -144,15 +145,17 @@ def test_a_sign_flip_under_the_norm_bound_is_counted_as_accepted() -> None:
 # -- membership -----------------------------------------------------------------
 
 
-def pushes(round: int, message: Callable[[InlineRuntime], bytes]) -> Callable[..., Any]:
+def pushes(
+    round: int, message: Callable[[Mapping[int, Client]], bytes]
+) -> Callable[..., Any]:
     """Before client 0's train task of `round`, the hostile client pushes a
     message to the server on its own connection."""
 
     async def push(server: ParameterServer, client: ClientId, r: int) -> None:
         if r == round and client == 0:
-            runtime = server.courier.runtime
-            assert isinstance(runtime, InlineRuntime)
-            answer = decode(await server.handle(message(runtime), HOSTILE))
+            harness = server.courier.runtime
+            assert isinstance(harness, ServerHarness)
+            answer = decode(await server.handle(message(harness.clients), HOSTILE))
             pushed.append(answer.payload)
 
     pushed: list[Any] = []
@@ -160,8 +163,8 @@ def pushes(round: int, message: Callable[[InlineRuntime], bytes]) -> Callable[..
     return push
 
 
-def forged_leave(runtime: InlineRuntime) -> bytes:
-    return runtime.host.clients[OTHER].leave_notice("forged")
+def forged_leave(clients: Mapping[int, Client]) -> bytes:
+    return clients[OTHER].leave_notice("forged")
 
 
 def test_a_leave_for_another_client_sent_while_a_round_trains_is_refused() -> None:
@@ -177,13 +180,15 @@ def test_a_leave_for_another_client_sent_while_a_round_trains_is_refused() -> No
 
 
 def test_a_leave_for_another_client_between_rounds_is_refused() -> None:
+    harness = ServerHarness(small_scenario(rounds=3))
+
     async def go() -> tuple[ParameterServer, list[RoundOutcome]]:
-        runtime = InlineRuntime()
-        server = await start_server(plan_run(small_scenario(rounds=3)), runtime)
-        outcomes = [await server.run_round(0)]
-        answer = decode(await server.handle(forged_leave(runtime), HOSTILE))
+        await harness.join()
+        server = harness.server
+        outcomes = [await harness.run_round(0)]
+        answer = decode(await server.handle(forged_leave(harness.clients), HOSTILE))
         assert isinstance(answer.payload, ErrorReply)
-        outcomes += [await server.run_round(r) for r in (1, 2)]
+        outcomes += [await harness.run_round(r) for r in (1, 2)]
         return server, outcomes
 
     server, outcomes = asyncio.run(go())
@@ -196,8 +201,8 @@ def test_a_leave_for_another_client_between_rounds_is_refused() -> None:
 
 
 def test_a_leave_in_another_name_with_its_own_sender_is_refused() -> None:
-    def leave(runtime: InlineRuntime) -> bytes:
-        client = runtime.host.clients[HOSTILE]
+    def leave(clients: Mapping[int, Client]) -> bytes:
+        client = clients[HOSTILE]
         return encode(
             Envelope(
                 msg_id="client/2:leave",
@@ -215,7 +220,7 @@ def test_a_leave_in_another_name_with_its_own_sender_is_refused() -> None:
 
 
 def test_a_client_that_leaves_during_a_round_departs_after_it() -> None:
-    own = pushes(1, lambda rt: rt.host.clients[HOSTILE].leave_notice("bye"))
+    own = pushes(1, lambda clients: clients[HOSTILE].leave_notice("bye"))
     server, outcomes = run(push=own)
     assert [o.rejected_messages for o in outcomes] == [0, 0, 0]
     assert HOSTILE in {c.id for c in outcomes[1].clients}  # its round is booked
@@ -227,7 +232,7 @@ def test_a_client_that_leaves_during_a_round_departs_after_it() -> None:
 def test_a_join_for_a_new_id_registers_no_phantom(n_train: int) -> None:
     phantom = 40
 
-    def join(runtime: InlineRuntime) -> bytes:
+    def join(clients: Mapping[int, Client]) -> bytes:
         payload = JoinRequest.model_construct(
             client_id=phantom, n_train=n_train, n_test=10
         )

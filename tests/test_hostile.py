@@ -2,7 +2,8 @@
 the cluster models are bit for bit what they would be without it, and the run
 goes on.
 
-Clients run in this process; a tampering transport rewrites one reply, or
+Clients run in this process behind the step harness
+(`clusterfed.testing.ServerHarness`): a test's answer rewrites one reply, or
 makes a client push a message to the server on its own, as a hostile or broken
 client would. The reference run is the same run where the hostile message
 never came (the client's update failed, or nothing was pushed).
@@ -19,12 +20,12 @@ import numpy as np
 import pytest
 import torch
 
-from clusterfed.actors import InlineRuntime, ParameterServer, RoundOutcome
+from clusterfed.actors import ParameterServer, RoundOutcome
 from clusterfed.protocol import Envelope, UpdateReply, decode, encode
 from clusterfed.protocol.tensor import TENSOR_EXT, pack_tensor
-from clusterfed.scenarios import plan_run
+from clusterfed.testing import Request, ServerHarness
 from clusterfed.types import ClientId
-from helpers import small_scenario, start_server
+from helpers import small_scenario
 
 HOSTILE = ClientId(2)
 
@@ -38,35 +39,6 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(threads)
 
 
-class Hostile(InlineRuntime):
-    """In-process clients behind a runtime that lets a test misbehave.
-
-    `rewrite(client, round, reply)` returns the bytes delivered instead of a
-    reply to a request of kind `kind` (a train task by default; raise to make
-    the exchange fail); `push(server, client, round)` runs before each train
-    request, to send the server messages on the side.
-    """
-
-    def __init__(self, kind: str = "train_task") -> None:
-        super().__init__()
-        self.kind = kind
-        self.server: ParameterServer | None = None
-        self.rewrite: Callable[[ClientId, int, bytes], bytes] | None = None
-        self.push: Callable[[ParameterServer, ClientId, int], Any] | None = None
-
-    async def request(self, client: int, data: bytes) -> bytes | None:
-        request = decode(data)
-        is_train = request.payload.kind == "train_task"
-        if is_train and self.push is not None:
-            assert self.server is not None
-            await self.push(self.server, ClientId(client), request.round)
-        reply = await super().request(client, data)
-        assert reply is not None
-        if request.payload.kind == self.kind and self.rewrite is not None:
-            return self.rewrite(ClientId(client), request.round, reply)
-        return reply
-
-
 def run(
     rounds: int = 3,
     *,
@@ -76,22 +48,33 @@ def run(
     kind: str = "train_task",
     **changes: Any,
 ) -> tuple[ParameterServer, list[RoundOutcome]]:
-    """A federation of six clients; `leave = (client, round)` makes a client
-    leave before that round; `rewrite` rewrites replies to tasks of `kind`."""
+    """A federation of six clients through the step harness: `rewrite(client,
+    round, reply)` returns the bytes delivered instead of the honest reply to
+    a task of `kind` (raise to make the exchange fail); `push(server, client,
+    round)` runs before each train request, to send the server messages on
+    the side; `leave = (client, round)` makes a client leave before that
+    round."""
+    harness = ServerHarness(small_scenario(rounds=rounds, **changes))
+
+    async def answer(request: Request) -> bytes | None:
+        client = ClientId(request.client)
+        if request.kind == "train_task" and push is not None:
+            await push(harness.server, client, request.round)
+        reply = await harness.honest(request)
+        assert reply is not None
+        if request.kind == kind and rewrite is not None:
+            return rewrite(client, request.round, reply)
+        return reply
 
     async def go() -> tuple[ParameterServer, list[RoundOutcome]]:
-        plan = plan_run(small_scenario(rounds=rounds, **changes))
-        runtime = Hostile(kind)
-        server = await start_server(plan, runtime)
-        runtime.server = server
-        runtime.rewrite, runtime.push = rewrite, push
+        await harness.join()
         outcomes = []
         for r in range(rounds):
             if leave is not None and leave[1] == r:
-                notice = runtime.host.clients[leave[0]].leave_notice("bye")
-                await server.handle(notice, leave[0])
-            outcomes.append(await server.run_round(r))
-        return server, outcomes
+                notice = harness.clients[leave[0]].leave_notice("bye")
+                await harness.server.handle(notice, leave[0])
+            outcomes.append(await harness.run_round(r, answer))
+        return harness.server, outcomes
 
     return asyncio.run(go())
 
@@ -233,23 +216,25 @@ def test_a_duplicate_update_in_the_same_round_is_refused() -> None:
 
 def test_a_reply_already_received_is_refused_as_a_duplicate() -> None:
     # The hostile client answers its evaluate task with its update again.
+    harness = ServerHarness(small_scenario(rounds=3))
+    last: dict[int, bytes] = {}
+
+    async def echo(request: Request) -> bytes | None:
+        reply = await harness.honest(request)
+        assert reply is not None
+        if request.kind == "train_task":
+            last[request.client] = reply
+        if (request.kind, request.client, request.round) == (
+            "evaluate_task",
+            HOSTILE,
+            1,
+        ):
+            return last[request.client]
+        return reply
+
     async def go() -> tuple[ParameterServer, list[RoundOutcome]]:
-        plan = plan_run(small_scenario(rounds=3))
-        last: dict[int, bytes] = {}
-
-        class Echo(InlineRuntime):
-            async def request(self, client: int, data: bytes) -> bytes | None:
-                reply = await super().request(client, data)
-                assert reply is not None
-                kind = decode(data).payload.kind
-                if kind == "train_task":
-                    last[client] = reply
-                if (kind, client, decode(data).round) == ("evaluate_task", HOSTILE, 1):
-                    return last[client]
-                return reply
-
-        server = await start_server(plan, Echo())
-        return server, [await server.run_round(r) for r in range(3)]
+        await harness.join()
+        return harness.server, [await harness.run_round(r, echo) for r in range(3)]
 
     server, outcomes = asyncio.run(go())
     clean, _ = run()
