@@ -140,3 +140,23 @@ def test_dp_runs_on_ray(tmp_path: Path) -> None:
     # both rounds trained: the budget is spent to Opacus' tolerance (0.01)
     assert 5.0 - 0.01 <= on_ray.summary["epsilon_max"] <= 5.0
     assert on_ray.summary["epsilon_max"] == local.summary["epsilon_max"]
+
+
+def test_async_mode_gives_the_same_rows_on_ray(tmp_path: Path) -> None:
+    from clusterfed.actors import DeviceProfile
+
+    scenario = small_scenario(
+        algorithm="fedasync",
+        mode="async",
+        rounds=6,
+        clients=4,
+        devices={0: DeviceProfile(samples_per_s=100.0)},
+    )
+    local = clusterfed.run(scenario, out=tmp_path / "local")
+    on_ray = clusterfed.run(scenario, out=tmp_path / "ray", runtime="ray")
+
+    def timeless(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in r.items() if k != "wall_time"} for r in rows]
+
+    assert timeless(local.rows) == timeless(on_ray.rows)
+    assert [r["strategy"]["version"] for r in on_ray.rows] == list(range(1, 7))
