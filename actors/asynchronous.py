@@ -32,6 +32,7 @@ from clusterfed.types import ClientId
 from . import phases
 from .outcome import ClientOutcome, Exchange, RoundOutcome
 from .phases import RoundBooks
+from .validation import check_models
 
 if TYPE_CHECKING:
     from .server import ParameterServer
@@ -99,26 +100,8 @@ class AsyncDriver:
             if advanced:
                 self.version += 1
                 break
-        await phases.evaluate(
-            server.courier,
-            books,
-            {c.id: server.strategy.model_for(server.state, c.id) for c in members},
-        )
-        for outcome in books.outcomes.values():
-            outcome.cluster = server.state.assignment.get(outcome.id)
-            outcome.epsilon = server.epsilon.get(outcome.id)
-        rejections, server._rejections = server._rejections, []
-        return RoundOutcome(
-            round=round,
-            sim_duration=now - start,
-            clients=list(books.outcomes.values()),
-            n_clusters=server.state.n_clusters,
-            rejections=rejections,
-            epsilon_max=max(server.epsilon.values(), default=None),
-            diagnostics={
-                **server.strategy.diagnostics(server.state),
-                "version": self.version,
-            },
+        return await server.close_round(
+            books, members, now - start, {"version": self.version}
         )
 
     def _arrive(self, books: RoundBooks, client: ClientId, running: _Running) -> bool:
@@ -156,9 +139,17 @@ class AsyncDriver:
             self._resting.add(client)
         if not update.ok:
             return False
-        server.state, advanced = server.strategy.absorb(
+        absorbed, advanced = server.strategy.absorb(
             server.state, update, staleness, server.rng
         )
+        problem = check_models(absorbed.models)
+        if problem is not None:  # as a synchronous round's aggregation
+            server._rejections.append(
+                f"round {books.round}: update of client {client} refused, {problem};"
+                " the models stay as they were"
+            )
+            return False
+        server.state = absorbed
         return advanced
 
     async def _top_up(self, books: RoundBooks, now: float) -> None:

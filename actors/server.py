@@ -249,23 +249,38 @@ class ParameterServer:
                 f"round {round}: aggregation refused, {problem};"
                 " the models stay as they were"
             )
+        return await self.close_round(books, active, describing + training + probing)
+
+    async def close_round(
+        self,
+        books: RoundBooks,
+        members: Sequence[ClientInfo],
+        sim_duration: float,
+        diagnostics: Mapping[str, Any] | None = None,
+    ) -> RoundOutcome:
+        """Every member evaluates its current model; the round's outcome,
+        with the refusals of the round and the strategy's diagnostics (and
+        `diagnostics` beside them)."""
         await phases.evaluate(
             self.courier,
             books,
-            {c.id: self.strategy.model_for(self.state, c.id) for c in active},
+            {c.id: self.strategy.model_for(self.state, c.id) for c in members},
         )
         for outcome in books.outcomes.values():
             outcome.cluster = self.state.assignment.get(outcome.id)
             outcome.epsilon = self.epsilon.get(outcome.id)
         rejections, self._rejections = self._rejections, []
         return RoundOutcome(
-            round=round,
-            sim_duration=describing + training + probing,
+            round=books.round,
+            sim_duration=sim_duration,
             clients=list(books.outcomes.values()),
             n_clusters=self.state.n_clusters,
             rejections=rejections,
             epsilon_max=max(self.epsilon.values(), default=None),
-            diagnostics=self.strategy.diagnostics(self.state),
+            diagnostics={
+                **self.strategy.diagnostics(self.state),
+                **(diagnostics or {}),
+            },
         )
 
     async def _describe(self, active: Sequence[ClientInfo], books: RoundBooks) -> float:
