@@ -14,7 +14,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from clusterfed.algorithms import parameters
+from clusterfed.algorithms import Strategy, parameters
+from clusterfed.algorithms.registry import is_builtin, register
 from clusterfed.errors import ClusterfedError, ScenarioError
 from clusterfed.protocol import describe
 
@@ -140,6 +141,17 @@ def _from_script(path: Path) -> Scenario:
         raise ScenarioError(f"{path}: {exc}") from exc
     except ValidationError as exc:
         raise ScenarioError(f"{path}: {describe(exc)}") from exc
+    # The script's own strategies outlive its namespace: `runpy` drops the
+    # module, and a class only the garbage collector still knows of would
+    # vanish from `Strategy.__subclasses__()` before the run builds it.
+    for value in namespace.values():
+        if (
+            isinstance(value, type)
+            and issubclass(value, Strategy)
+            and "name" in value.__dict__
+            and not is_builtin(value.name)
+        ):
+            register(value.name, value)
     found = namespace.get("scenario")
     if found is None and callable(namespace.get("build")):
         found = namespace["build"]()

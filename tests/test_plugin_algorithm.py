@@ -102,3 +102,19 @@ def test_fedmedian_moves_the_model_by_the_median_delta() -> None:
     new = FedMedian().aggregate(state, 0, updates, np.random.default_rng(0))
     assert_allclose(new.models[ClusterId(0)], [2.0, 0.0])
     assert state.models[ClusterId(0)] is model
+
+
+def test_a_scripts_strategy_survives_garbage_collection(tmp_path: Path) -> None:
+    # runpy drops the script's module: its class must not live only in
+    # Strategy.__subclasses__() (weak references) until the run builds it.
+    import gc
+
+    from clusterfed.algorithms import make
+    from clusterfed.scenarios import load_scenario
+
+    script = tmp_path / "scripted.py"
+    script.write_text(SCRIPT)
+    scenario = load_scenario(script)
+    gc.collect()
+    strategy = make(scenario.algorithm)
+    assert type(strategy).__name__ == "HalfStep" and strategy.server_lr == 0.5
