@@ -26,11 +26,11 @@ import heapq
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from clusterfed.algorithms import TaskPlan
+from clusterfed.algorithms import ClientInfo, TaskPlan
 from clusterfed.types import ClientId
 
 from . import phases
-from .outcome import ClientOutcome, Exchange, RoundOutcome
+from .outcome import Exchange, RoundOutcome
 from .phases import RoundBooks
 from .validation import check_models
 
@@ -79,16 +79,10 @@ class AsyncDriver:
 
     async def step(self, round: int) -> RoundOutcome:
         """Arrivals until the next aggregation; then every client evaluates."""
+        return await self.server.run_round(round, self._play)
+
+    async def _play(self, members: list[ClientInfo], books: RoundBooks) -> RoundOutcome:
         server = self.server
-        server.round = round
-        server.books.begin_round(round)
-        members = [server.clients[c] for c in sorted(server.clients)]
-        books = RoundBooks(
-            round,
-            server.clients,
-            {c.id: ClientOutcome(c.id) for c in members},
-            server._rejections,
-        )
         start = now = server.clock.now
         self._resting = set()
         await self._top_up(books, now)
@@ -144,7 +138,7 @@ class AsyncDriver:
         )
         problem = check_models(absorbed.models)
         if problem is not None:  # as a synchronous round's aggregation
-            server._rejections.append(
+            books.rejections.append(
                 f"round {books.round}: update of client {client} refused, {problem};"
                 " the models stay as they were"
             )

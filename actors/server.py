@@ -15,7 +15,7 @@ run needs, and `restore` puts it back (see `clusterfed.checkpoint`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -51,6 +51,9 @@ from .validation import (
     client_of,
     membership_problem,
 )
+
+Play = Callable[[list[ClientInfo], RoundBooks], Awaitable[RoundOutcome]]
+"""How a round is played over its members and books (see `run_round`)."""
 
 
 class ParameterServer:
@@ -191,33 +194,35 @@ class ParameterServer:
 
     # -- the round ------------------------------------------------------------
 
-    async def run_round(self, round: int) -> RoundOutcome:
-        """Describe, plan, train, probe, aggregate and evaluate one round.
+    async def run_round(self, round: int, play: Play | None = None) -> RoundOutcome:
+        """Describe, plan, train, probe, aggregate and evaluate one round;
+        `play(members, books)` plays it instead (the asynchronous driver).
 
         A client that announces it leaves during the round leaves when the
         round ends: the round's plans and books still hold it.
         """
         self._in_round = True
         try:
-            return await self._round(round)
+            self.round = round
+            self.books.begin_round(round)
+            members = [self.clients[c] for c in sorted(self.clients)]
+            # Refusals of inbound messages and of replies go in one list, in
+            # the order they happen.
+            books = RoundBooks(
+                round,
+                self.clients,
+                {c.id: ClientOutcome(c.id) for c in members},
+                self._rejections,
+            )
+            return await (play or self._play)(members, books)
         finally:
             self._in_round = False
             leaving, self._leaving = self._leaving, []
             for client in leaving:
                 self.leave(client)
 
-    async def _round(self, round: int) -> RoundOutcome:
-        self.round = round
-        self.books.begin_round(round)
-        active = [self.clients[c] for c in sorted(self.clients)]
-        # Refusals of inbound messages and of replies go in one list, in the
-        # order they happen.
-        books = RoundBooks(
-            round,
-            self.clients,
-            {c.id: ClientOutcome(c.id) for c in active},
-            self._rejections,
-        )
+    async def _play(self, active: list[ClientInfo], books: RoundBooks) -> RoundOutcome:
+        round = books.round
         describing = await self._describe(active, books)
         plans = self.strategy.plan_round(self.state, round, active, self.rng)
         updates, epsilon, training = await phases.train(
