@@ -88,12 +88,15 @@ class ServerHarness:
         self.requests: list[Request] = []
 
     async def join(
-        self, clients: Sequence[int] | None = None, *, data: Mapping[int, bytes] = {}
+        self,
+        clients: Sequence[int] | None = None,
+        *,
+        data: Mapping[int, bytes] | None = None,
     ) -> None:
         """Let clients join: each sends its join request (the real client's,
         or `data[client]`) and must be welcomed."""
         for client in sorted(self.clients) if clients is None else clients:
-            request = data.get(client) or self.clients[client].join_request()
+            request = (data or {}).get(client) or self.clients[client].join_request()
             reply = decode(await self.server.handle(request, client)).payload
             if not isinstance(reply, Welcome):
                 raise AssertionError(f"client {client} was not welcomed: {reply}")
