@@ -17,9 +17,9 @@ from pydantic import ValidationError
 from clusterfed.algorithms import Strategy, parameters
 from clusterfed.algorithms.registry import is_builtin, register
 from clusterfed.errors import ClusterfedError, ScenarioError
-from clusterfed.protocol import describe
 
 from .builtin import BUILTIN
+from .problems import describe_problems, did_you_mean
 from .spec import Scenario
 
 
@@ -56,7 +56,7 @@ def validate(data: Mapping[str, Any], *, source: str) -> Scenario:
     try:
         return Scenario.model_validate(dict(data))
     except ValidationError as exc:
-        raise ScenarioError(f"{source}: {describe(exc)}") from exc
+        raise ScenarioError(f"{source}: {describe_problems(exc, Scenario)}") from exc
     except ClusterfedError as exc:
         raise ScenarioError(f"{source}: {exc}") from exc
 
@@ -94,10 +94,15 @@ def with_overrides(
             continue
         owners = [a for a in targets if len(path) == 1 and path[0] in _parameters(a)]
         if not owners:
+            known = [
+                *Scenario.model_fields,
+                *(p for a in targets for p in _parameters(a)),
+            ]
+            close = did_you_mean(path[0], known, list_known=False)
             raise ScenarioError(
                 f"--set {assignment!r}: {path[0]!r} is neither a scenario field"
                 f" ({', '.join(Scenario.model_fields)}) nor a parameter of"
-                f" {', '.join(targets)}"
+                f" {', '.join(targets)}{close}"
             )
         for owner in owners:
             _assign(data, ["algorithm_params", owner, path[0]], value, assignment)
@@ -140,7 +145,7 @@ def _from_script(path: Path) -> Scenario:
     except ClusterfedError as exc:
         raise ScenarioError(f"{path}: {exc}") from exc
     except ValidationError as exc:
-        raise ScenarioError(f"{path}: {describe(exc)}") from exc
+        raise ScenarioError(f"{path}: {describe_problems(exc, Scenario)}") from exc
     # The script's own strategies outlive its namespace: `runpy` drops the
     # module, and a class only the garbage collector still knows of would
     # vanish from `Strategy.__subclasses__()` before the run builds it.

@@ -17,7 +17,9 @@ from clusterfed.actors.clock import DeadlinePolicy, WaitAll
 from clusterfed.actors.faults import FaultPlan
 from clusterfed.actors.spec import Accountant
 from clusterfed.algorithms import make
+from clusterfed.algorithms.registry import resolve
 from clusterfed.algorithms.robust import Aggregator, Mean, parse_aggregator
+from clusterfed.errors import ConfigError
 from clusterfed.protocol import TrainConfig
 
 from .events import Event, Join, Target
@@ -297,7 +299,14 @@ class Scenario(_Spec):
     @model_validator(mode="after")
     def _algorithm_exists(self) -> Scenario:
         # Fails here, before anything runs, with the algorithm's own message.
-        strategy = make(self.algorithm, **self.params_of(self.algorithm))
+        try:
+            resolve(self.algorithm)
+        except ConfigError as exc:
+            raise ValueError(f"algorithm: {exc}") from exc
+        try:
+            strategy = make(self.algorithm, **self.params_of(self.algorithm))
+        except ConfigError as exc:
+            raise ValueError(f"algorithm_params.{self.algorithm}: {exc}") from exc
         if self.mode == "async" and not strategy.supports_async:
             raise ValueError(
                 f"mode: {self.algorithm!r} has no asynchronous mode"

@@ -103,12 +103,18 @@ def test_faulty_clients_in_toml_are_validated(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("table", "named"),
     [
-        ('clients = 3\nbehaviour = "explode"', "faulty.0.behaviour"),
+        (
+            'clients = 3\nbehaviour = "explode"',
+            "faulty[0].behaviour: 'explode' is not one of",
+        ),
         ('clients = 9\nbehaviour = "nan"', "client [9] does not exist"),
         ('clients = []\nbehaviour = "nan"', "lists no client"),
         ('clients = 1\nbehaviour = "nan"\nstart = 4\nuntil = 2', "before start"),
         ('clients = 1\nbehaviour = "hang"', "needs task_timeout_s"),
-        ('clients = 1\nbehaviour = "nan"\nevery = 0', "faulty.0.every"),
+        (
+            'clients = 1\nbehaviour = "nan"\nevery = 0',
+            "faulty[0].every: Input should be greater than or equal to 1 (got 0)",
+        ),
     ],
 )
 def test_bad_faulty_tables_are_refused_naming_the_field(

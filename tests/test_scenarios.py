@@ -127,3 +127,80 @@ def test_the_readme_examples_load_and_plan(name: str) -> None:
     assert len(plan.clients) == scenario.clients
     if name.endswith(".py"):
         assert sorted(set(plan.groups.values())) == [0, 1]
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        # A typo: the field, where it sits, and the closest known name.
+        (
+            "[train]\nepochz = 2",
+            "train.epochz: unknown field 'epochz'; did you mean 'epochs'?",
+        ),
+        (
+            "partiton = 3",
+            "partiton: unknown field 'partiton'; did you mean 'partition'?",
+        ),
+        (
+            '[partition]\nkind = "dirichlet"\nalpah = 1',
+            "partition.alpah: unknown field 'alpah'; did you mean 'alpha'?",
+        ),
+        # Events are named as the scenario's own checks name them.
+        (
+            '[[events]]\nkind = "drift"\nstart = 1\ntarget = 1\n'
+            '[[events]]\nkind = "straggle"\ntarget = 2\nslowdown = 3',
+            "events[1] (straggle).slowdown: unknown field 'slowdown'; known: clock,",
+        ),
+        (
+            '[[events]]\nkind = "straggle"\ntarget = 2',
+            "events[0] (straggle).factor: missing (required)",
+        ),
+        (
+            '[[events]]\nkind = "drfit"\ntarget = 2',
+            "events[0]: unknown kind 'drfit'; did you mean 'drift'?",
+        ),
+        ('mode = "asnc"', "mode: 'asnc' is not one of 'sync', 'async'; did you mean"),
+        # The offending value is shown.
+        (
+            "clients = -3",
+            "clients: Input should be greater than or equal to 1 (got -3)",
+        ),
+        (
+            'algorithm = "fedavgg"',
+            "algorithm: unknown algorithm 'fedavgg' (did you mean",
+        ),
+        (
+            'algorithm = "fedprox"\n[algorithm_params.fedprox]\nmux = 1',
+            "algorithm_params.fedprox: fedprox has no parameter 'mux' (did you mean 'mu'?)",
+        ),
+    ],
+)
+def test_errors_say_the_field_the_value_and_the_likely_fix(
+    tmp_path: Path, text: str, said: str
+) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(f'name = "x"\n{text}\n')
+    with pytest.raises(ScenarioError) as error:
+        load_scenario(path)
+    assert said in str(error.value)
+
+
+def test_a_python_script_s_errors_use_the_same_field_names(tmp_path: Path) -> None:
+    path = tmp_path / "bad.py"
+    path.write_text(
+        "from clusterfed.scenarios import Scenario\n"
+        "scenario = Scenario(name='x', events=[{'kind': 'straggle', 'target': 1,"
+        " 'factor': 0}])\n"
+    )
+    with pytest.raises(ScenarioError) as error:
+        load_scenario(path)
+    assert "events[0] (straggle).factor: Input should be greater than 0 (got 0)" in str(
+        error.value
+    )
+
+
+def test_an_override_typo_suggests_the_field_or_parameter() -> None:
+    with pytest.raises(ScenarioError, match="did you mean 'rounds'"):
+        with_overrides(load_scenario("quickstart"), ["round=3"])
+    with pytest.raises(ScenarioError, match="did you mean 'distance'"):
+        with_overrides(load_scenario("dcfl-dynamic"), ["distanse=cosine"])
