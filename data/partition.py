@@ -60,7 +60,8 @@ def dirichlet(
     _check_clients(n_clients, len(labels))
     if min_samples * n_clients > len(labels):
         raise ConfigError(
-            f"{n_clients} clients × {min_samples} samples exceeds {len(labels)}"
+            f"partition: {n_clients} clients × {min_samples} samples each exceeds"
+            f" the {len(labels)} samples; lower clients or partition.min_samples"
         )
     by_class = [np.flatnonzero(labels == c) for c in np.unique(labels)]
     for _ in range(max_tries):
@@ -74,8 +75,9 @@ def dirichlet(
         if min(len(i) for i in indices) >= min_samples:
             return Partition(indices, [0] * n_clients)
     raise ConfigError(
-        f"dirichlet(alpha={alpha}) left a client with fewer than {min_samples}"
-        f" samples in {max_tries} draws; raise alpha or lower the client count"
+        f"partition: dirichlet(alpha={alpha}) left a client with fewer than"
+        f" {min_samples} samples in {max_tries} draws of {n_clients} clients;"
+        " raise partition.alpha, or lower partition.min_samples or clients"
     )
 
 

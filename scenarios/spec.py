@@ -128,6 +128,18 @@ Partition = Annotated[
 ]
 
 
+# Samples of each known dataset's training split, to refuse a partition that
+# cannot fit before any data is loaded (tests/test_data.py checks the table
+# against the loaded datasets).
+DATASET_SIZES = {
+    "digits": 1797,
+    "fashion_mnist": 60000,
+    "mnist": 60000,
+    "emnist": 112800,
+    "cifar10": 50000,
+}
+
+
 class DatasetSpec(_Spec):
     name: str = "digits"
     root: str | None = Field(None, description="folder of a file-based dataset")
@@ -344,6 +356,23 @@ class Scenario(_Spec):
                     f" (the transform has {n_groups} group(s))"
                 )
         return self
+
+    @model_validator(mode="after")
+    def _partition_fits(self) -> Scenario:
+        size = DATASET_SIZES.get(self.dataset.name)
+        total = self.clients + sum(n for _, n in self.joins())
+        each = getattr(self.partition, "min_samples", 1)
+        if size is None or total * each <= size:
+            return self
+        knobs = "clients" + (" or partition.min_samples" if each > 1 else "")
+        joiners = f" ({self.clients} + {total - self.clients} joining)" * (
+            total > self.clients
+        )
+        raise ValueError(
+            f"partition: {total} clients{joiners} × {each} samples each"
+            f" = {total * each} samples, but {self.dataset.name} has {size};"
+            f" lower {knobs} (at most {size // each} clients of {each})"
+        )
 
     @model_validator(mode="after")
     def _faulty_clients_exist(self) -> Scenario:

@@ -7,7 +7,9 @@ import pytest
 
 from clusterfed.data import class_table, dirichlet, holdout, iid, load_dataset, shards
 from clusterfed.data.datasets import available
-from clusterfed.errors import ConfigError
+from clusterfed.errors import ConfigError, ScenarioError
+from clusterfed.scenarios import load_scenario, with_overrides
+from clusterfed.scenarios.spec import DATASET_SIZES
 
 LABELS = load_dataset("digits").labels
 
@@ -112,3 +114,37 @@ def test_partitions_are_reproducible_from_the_seed() -> None:
     a = dirichlet(LABELS, 8, 0.5, np.random.default_rng(4))
     b = dirichlet(LABELS, 8, 0.5, np.random.default_rng(4))
     assert all(np.array_equal(x, y) for x, y in zip(a.indices, b.indices, strict=True))
+
+
+@pytest.mark.parametrize("name", ["digits", "fashion_mnist"])
+def test_the_scenario_s_size_table_matches_the_loaded_dataset(name: str) -> None:
+    if not available(name):
+        pytest.skip(f"{name} is not installed here")
+    assert DATASET_SIZES[name] == len(load_dataset(name))
+
+
+def test_a_partition_that_cannot_fit_is_refused_before_data_loads() -> None:
+    with pytest.raises(ScenarioError) as error:
+        with_overrides(load_scenario("quickstart"), ["clients=1002"])
+    assert (
+        "partition: 1002 clients × 10 samples each = 10020 samples, but digits has"
+        " 1797; lower clients or partition.min_samples (at most 179 clients of 10)"
+    ) in str(error.value)
+    with pytest.raises(ScenarioError, match=r"1800 clients × 1 samples each"):
+        with_overrides(load_scenario("quickstart"), ["partition.kind=iid", "clients=1800"])
+    # Joiners need data too.
+    with pytest.raises(ScenarioError, match=r"170 clients \(150 \+ 20 joining\)"):
+        with_overrides(
+            load_scenario("quickstart"),
+            [
+                "clients=150",
+                'events=[{kind = "join", start = 1, count = 20}]',
+            ],
+        )
+    with_overrides(load_scenario("quickstart"), ["clients=179"])  # fits
+
+
+def test_a_dirichlet_draw_that_keeps_failing_names_the_knobs() -> None:
+    labels = np.repeat(np.arange(10), 20)
+    with pytest.raises(ConfigError, match="raise partition.alpha, or lower"):
+        dirichlet(labels, 19, 0.01, np.random.default_rng(0), max_tries=5)
