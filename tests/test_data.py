@@ -133,11 +133,11 @@ def test_a_partition_that_cannot_fit_is_refused_before_data_loads() -> None:
     with pytest.raises(ScenarioError, match=r"1800 clients × 1 samples each"):
         with_overrides(load_scenario("quickstart"), ["partition.kind=iid", "clients=1800"])
     # Joiners need data too.
-    with pytest.raises(ScenarioError, match=r"170 clients \(150 \+ 20 joining\)"):
+    with pytest.raises(ScenarioError, match=r"190 clients \(170 \+ 20 joining\)"):
         with_overrides(
             load_scenario("quickstart"),
             [
-                "clients=150",
+                "clients=170",
                 'events=[{kind = "join", start = 1, count = 20}]',
             ],
         )
