@@ -161,7 +161,8 @@ def _report(result: RunResult) -> None:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from clusterfed.comparison import compare, table
+    from clusterfed.comparison import compare, seeds_table, table
+    from clusterfed.seeds import parse_seeds
 
     result = compare(
         args.scenario,
@@ -170,6 +171,7 @@ def _compare(args: argparse.Namespace) -> int:
         rounds=args.rounds,
         clients=args.clients,
         seed=args.seed,
+        seeds=None if args.seeds is None else parse_seeds(args.seeds),
         overrides=_overrides(args),
         runtime=args.runtime,
         workers=args.workers,
@@ -178,7 +180,10 @@ def _compare(args: argparse.Namespace) -> int:
         progress=_progress(args),
         overwrite=args.overwrite,
     )
-    print(table(result.summaries))
+    if result.seeds is None:
+        print(table(result.summaries))
+    else:
+        print(seeds_table(result.seed_summaries))
     print(f"results: {result.out}")
     return 0
 
@@ -289,7 +294,8 @@ def _parser() -> argparse.ArgumentParser:
     again.set_defaults(command=_resume)
 
     compare = sub.add_parser(
-        "compare", help="run several algorithms on one scenario and seed, side by side"
+        "compare",
+        help="run several algorithms on one scenario and seed (or seeds), side by side",
     )
     compare.add_argument(
         "--algorithms", required=True, help="comma-separated, e.g. dcfl,cfl,fedavg"
@@ -298,6 +304,14 @@ def _parser() -> argparse.ArgumentParser:
         compare,
         "folder of the runs, empty or new (default: a new"
         " runs/<scenario>-compare-seed<seed>-<hash>-<time>)",
+    )
+    compare.add_argument(
+        "--seeds",
+        metavar="N|S,S,...",
+        help="run every algorithm on several seeds and report the mean and 95%%"
+        " interval over them: a single number is a count (3: seeds 0,1,2), a"
+        " comma-separated list names the seeds (0,1,2); runs go into"
+        " OUT/<algorithm>/seed<s>/. Not with --seed",
     )
     compare.set_defaults(command=_compare)
 

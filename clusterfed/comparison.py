@@ -1,4 +1,5 @@
-"""`compare`: several algorithms on one scenario and seed, side by side.
+"""`compare`: several algorithms on one scenario, side by side, on one seed
+or on several (mean and confidence interval over the seeds).
 
 (The module is not named `compare`, so that `clusterfed.compare` stays the
 function.)
@@ -17,16 +18,61 @@ from clusterfed.scenarios import Scenario, load_scenario, with_overrides
 
 from .api import RunResult, run
 from .folders import claim, default_folder, point_latest, safe_name
+from .seeds import (
+    CONFIDENCE,
+    Interval,
+    interval,
+    resolve_seeds,
+    seed_statistics,
+    seeds_label,
+)
+
+Summary = dict[str, Any]
 
 
 @dataclass(frozen=True)
 class CompareResult:
+    """The runs of a comparison: algorithm → seed → run (`by_seed`).
+
+    `seeds` is None for a comparison on one seed (`<out>/<algorithm>/`), the
+    seeds asked for otherwise (`<out>/<algorithm>/seed<s>/`).
+    """
+
     out: Path
-    runs: dict[str, RunResult]
+    by_seed: dict[str, dict[int, RunResult]]
+    seeds: tuple[int, ...] | None = None
 
     @property
-    def summaries(self) -> dict[str, dict[str, Any]]:
+    def runs(self) -> dict[str, RunResult]:
+        """algorithm → its run, for a comparison on one seed.
+
+        Raises:
+            ValueError: the comparison ran several seeds (read `by_seed`).
+        """
+        if self.seeds is not None:
+            raise ValueError("a comparison over seeds: read by_seed or statistics")
+        return {name: next(iter(runs.values())) for name, runs in self.by_seed.items()}
+
+    @property
+    def summaries(self) -> dict[str, Summary]:
+        """algorithm → summary, for a comparison on one seed (see `runs`)."""
         return {name: r.summary for name, r in self.runs.items()}
+
+    @property
+    def seed_summaries(self) -> dict[str, dict[int, Summary]]:
+        """algorithm → seed → summary."""
+        return {
+            name: {seed: r.summary for seed, r in runs.items()}
+            for name, runs in self.by_seed.items()
+        }
+
+    @property
+    def statistics(self) -> dict[str, dict[str, Interval]]:
+        """algorithm → metric → mean and 95 % Student t interval over seeds."""
+        return {
+            name: seed_statistics(summaries)
+            for name, summaries in self.seed_summaries.items()
+        }
 
 
 def compare(
@@ -37,11 +83,12 @@ def compare(
     rounds: int | None = None,
     clients: int | None = None,
     seed: int | None = None,
+    seeds: int | Sequence[int] | None = None,
     overrides: Sequence[str] = (),
     overwrite: bool = False,
     **run_options: Any,
 ) -> CompareResult:
-    """Run each of `algorithms` on the same scenario and seed.
+    """Run each of `algorithms` on the same scenario and seed, or seeds.
 
     Writes `<out>/<algorithm>/` for each run and `<out>/comparison.json`
     (algorithm → summary); a `pkg.mod:Class` algorithm's folder and key is
@@ -50,11 +97,24 @@ def compare(
     `out` must be empty or missing unless `overwrite` (as for `run`); the
     default is a new folder `runs/<scenario>-compare-seed<seed>-<hash>-<time>`.
     Other keyword arguments go to `run`.
+
+    With `seeds` (a count: 3 runs seeds 0, 1, 2; or a list of seeds) every
+    algorithm runs on each seed into `<out>/<algorithm>/seed<s>/`, and
+    comparison.json holds per algorithm the seeds' summaries and, per metric,
+    the mean and 95 % Student t interval over the seeds (see
+    `comparison_json`); the default folder is
+    `runs/<scenario>-compare-seeds<seeds>-<hash>-<time>`.
     """
     if not algorithms:
         raise ConfigError("compare needs at least one algorithm")
     if len(set(algorithms)) != len(algorithms):
         raise ConfigError(f"algorithms are listed twice: {', '.join(algorithms)}")
+    if seeds is not None and seed is not None:
+        raise ConfigError(
+            "seed= (--seed) and seeds= (--seeds) together: give one seed or"
+            " several, not both"
+        )
+    chosen = None if seeds is None else resolve_seeds(seeds)
     base = with_overrides(
         load_scenario(scenario),
         overrides,
@@ -68,24 +128,63 @@ def compare(
     if out is not None:
         folder = claim(Path(out), overwrite=overwrite)
     else:
-        folder = claim(default_compare_out(base))
+        folder = claim(default_compare_out(base, chosen))
         point_latest(folder)
-    runs = {
-        safe_name(name): run(variant, out=folder / safe_name(name), **run_options)
-        for name, variant in variants.items()
-    }
-    result = CompareResult(folder, runs)
+    if chosen is None:
+        by_seed = {
+            safe_name(name): {
+                base.seed: run(variant, out=folder / safe_name(name), **run_options)
+            }
+            for name, variant in variants.items()
+        }
+        result = CompareResult(folder, by_seed)
+    else:
+        by_seed = {safe_name(name): {} for name in variants}
+        # Seed by seed, so that a comparison stopped midway has whole seeds.
+        for s in chosen:
+            for name, variant in variants.items():
+                by_seed[safe_name(name)][s] = run(
+                    with_overrides(variant, seed=s),
+                    out=folder / safe_name(name) / f"seed{s}",
+                    **run_options,
+                )
+        result = CompareResult(folder, by_seed, tuple(chosen))
     (folder / "comparison.json").write_text(
-        json.dumps(result.summaries, indent=2) + "\n"
+        json.dumps(comparison_json(result), indent=2) + "\n"
     )
     return result
 
 
-def default_compare_out(scenario: Scenario) -> Path:
+def comparison_json(result: CompareResult) -> dict[str, Any]:
+    """What comparison.json holds: on one seed, algorithm → summary; over
+    seeds, algorithm → {"seeds", "confidence", "statistics" (metric → n,
+    mean, std, half_width, low, high), "summaries" (seed → summary)}."""
+    if result.seeds is None:
+        return result.summaries
+    statistics = result.statistics
+    return {
+        name: {
+            "seeds": list(result.seeds),
+            "confidence": CONFIDENCE,
+            "statistics": {m: i.as_json() for m, i in statistics[name].items()},
+            "summaries": {str(s): summary for s, summary in summaries.items()},
+        }
+        for name, summaries in result.seed_summaries.items()
+    }
+
+
+def default_compare_out(scenario: Scenario, seeds: Sequence[int] | None = None) -> Path:
     """A new folder under runs/ named after what makes the comparison
-    different (the hash covers every algorithm's parameters)."""
+    different (the hash covers every algorithm's parameters and the seeds)."""
+    resolved = scenario.model_dump(mode="json")
+    if seeds is None:
+        return default_folder(scenario.name, "compare", scenario.seed, resolved)
+    # default_folder writes `seed<label>`: `seeds0to2` names the seeds.
     return default_folder(
-        scenario.name, "compare", scenario.seed, scenario.model_dump(mode="json")
+        scenario.name,
+        "compare",
+        f"s{seeds_label(seeds)}",
+        {**resolved, "seed": list(seeds)},
     )
 
 
@@ -126,3 +225,70 @@ def _delta(value: float | None, first: float | None) -> str:
     if value == first:
         return "="
     return f"{value - first:+.4f}"
+
+
+def seeds_table(
+    seed_summaries: dict[str, dict[int, Summary]], confidence: float = CONFIDENCE
+) -> str:
+    """A comparison over seeds: per algorithm the mean ± the half-width of the
+    Student t interval over its seeds (four decimals for accuracies).
+
+    `Δ final` is paired by seed: the interval of (final accuracy − the first
+    algorithm's final accuracy on the same seed), which is narrower than the
+    two intervals side by side when seeds move both algorithms alike. With
+    one seed there is no interval (n=1).
+    """
+    width = max([9, *(len(name) for name in seed_summaries)])
+    header = (
+        f"{'algorithm':<{width}} {'n':>2} {'final acc':>15} {'Δ final':>16}"
+        f" {'avg acc':>15} {'client std':>15} {'clusters':>8}"
+        f" {'ARI':>11} {'purity':>11}"
+    )
+    lines = [header, "-" * len(header)]
+    first = next(iter(seed_summaries.values()), {})
+    for name, summaries in seed_summaries.items():
+        i = seed_statistics(summaries, confidence)
+        clusters = i["n_clusters_final"].mean
+        lines.append(
+            f"{name:<{width}} {len(summaries):>2}"
+            f" {_pm(i['final_mean_acc']):>15}"
+            f" {_paired_delta(summaries, first, confidence):>16}"
+            f" {_pm(i['avg_mean_acc']):>15} {_pm(i['final_std_acc']):>15}"
+            f" {_num(clusters, 1):>8}"
+            f" {_pm(i['ari_final'], 2):>11} {_pm(i['purity_final'], 2):>11}"
+        )
+    n = max((len(s) for s in seed_summaries.values()), default=0)
+    if n == 1:
+        lines.append("n=1: one seed, so no interval; run more seeds for one")
+    else:
+        lines.append(
+            f"mean ± half-width of the {confidence:.0%} Student t interval over"
+            f" the seeds; Δ final paired by seed with {next(iter(seed_summaries))}"
+        )
+    return "\n".join(lines)
+
+
+def _pm(value: Interval, digits: int = 4, *, sign: bool = False) -> str:
+    """`mean ± half-width`; the mean alone, padded, where there is no interval."""
+    if value.mean is None:
+        return "-"
+    mean = f"{value.mean:{'+' if sign else ''}.{digits}f}"
+    if value.half_width is None:
+        return mean + " " * (digits + 5)  # the width of " ± 0.xxxx"
+    return f"{mean} ± {value.half_width:.{digits}f}"
+
+
+def _paired_delta(
+    summaries: dict[int, Summary], first: dict[int, Summary], confidence: float
+) -> str:
+    key = "final_mean_acc"
+    diffs = [
+        s[key] - first[seed][key]
+        for seed, s in summaries.items()
+        if seed in first and s[key] is not None and first[seed][key] is not None
+    ]
+    if not diffs:
+        return "-"
+    if not any(diffs):
+        return "="
+    return _pm(interval(diffs, confidence), sign=True)

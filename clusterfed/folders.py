@@ -37,10 +37,11 @@ def safe_name(algorithm: str) -> str:
 
 
 def default_folder(
-    scenario: str, label: str, seed: int, resolved: Any, *, root: Path = RUNS
+    scenario: str, label: str, seed: int | str, resolved: Any, *, root: Path = RUNS
 ) -> Path:
     """`runs/<scenario>-<label>-seed<seed>-<hash>-<yymmdd-HHMMSS>`, with `-2`,
-    `-3`… added when two runs start within the same second."""
+    `-3`… added when two runs start within the same second. A str `seed`
+    names several (`s0to2` gives `seeds0to2`)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = f"{scenario}-{safe_name(label)}-seed{seed}-{scenario_hash(resolved)}-{stamp}"
     folder = root / base

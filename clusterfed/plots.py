@@ -252,11 +252,14 @@ def _save(fig: Any, path: Path, *, margins: bool = True) -> list[Path]:
 
 def plot_runs(folders: Sequence[Path], out: Path) -> list[Path]:
     """Mean client accuracy (with a band), number of clusters and ARI per
-    round of several runs side by side; a compare folder stands for its runs.
+    round of several runs side by side; a compare folder stands for its runs
+    (over seeds too: `<algorithm>/seed<s>/`), and so does an algorithm's
+    folder of seeds.
 
     Runs with the same scenario and algorithm (seeds of one setting) are
-    aggregated: the line is the mean over runs, the band their min..max; a
-    single run's band is ± the std over its clients.
+    aggregated: the line is the mean over runs, the band their min..max (the
+    legend gives the number of runs); a single run's band is ± the std over
+    its clients.
 
     Raises:
         ValueError: a folder holds no run.
@@ -266,8 +269,10 @@ def plot_runs(folders: Sequence[Path], out: Path) -> list[Path]:
         for label, rows in _runs_in(folder):
             series[label].append(rows)
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    for n, (label, runs) in enumerate(series.items()):
+    for n, (name, runs) in enumerate(series.items()):
         colour = _PALETTE[n % len(_PALETTE)]
+        # The legend says what the band is: min..max over runs, or clients.
+        label = f"{name} ({len(runs)} runs)" if len(runs) > 1 else name
         _series(axes[0], runs, _mean_acc, colour, label, band=_client_band)
         _series(axes[1], runs, lambda r: r["n_clusters"], colour, label)
         _series(axes[2], runs, lambda r: r["ari"], colour, label)
@@ -283,10 +288,15 @@ def plot_runs(folders: Sequence[Path], out: Path) -> list[Path]:
 
 
 def _runs_in(folder: Path) -> list[tuple[str, list[Row]]]:
+    """(label, rows) of the run in `folder`, or of the runs of a compare
+    folder (`<algorithm>/`, or `<algorithm>/seed<s>/` over seeds)."""
     if (folder / "comparison.json").exists():
         names = json.loads((folder / "comparison.json").read_text())
         return [run for name in names for run in _runs_in(folder / name)]
     rounds = folder / "rounds.jsonl"
+    seeds = sorted(folder.glob("seed*/rounds.jsonl")) if folder.is_dir() else []
+    if not rounds.is_file() and seeds:
+        return [run for found in seeds for run in _runs_in(found.parent)]
     if not rounds.is_file():
         raise ValueError(f"{folder}: no rounds.jsonl (not a results folder)")
     rows = [json.loads(line) for line in rounds.read_text().splitlines() if line]

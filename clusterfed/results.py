@@ -88,12 +88,19 @@ def load(out: str | Path) -> RunResult:
         ConfigError: the folder holds no run (no config.json or rounds.jsonl).
     """
     folder = Path(out)
-    if (folder / "comparison.json").exists():
-        raise ConfigError(
-            f"{folder}: a compare folder; load one of its runs:"
-            f" {', '.join(sorted(p.name for p in folder.iterdir() if p.is_dir()))}"
-        )
     rounds = folder / "rounds.jsonl"
+    if (folder / "comparison.json").exists() or (
+        not rounds.exists() and any(folder.glob("seed*/rounds.jsonl"))
+    ):
+        # A compare folder, or one algorithm's seeds in a compare over seeds.
+        runs = sorted(
+            str(p.parent.relative_to(folder))
+            for pattern in ("*/rounds.jsonl", "*/seed*/rounds.jsonl")
+            for p in folder.glob(pattern)
+        )
+        raise ConfigError(
+            f"{folder}: a compare folder; load one of its runs: {', '.join(runs)}"
+        )
     if not (folder / "config.json").is_file() or not rounds.is_file():
         raise ConfigError(
             f"{folder}: not a results folder (no config.json, rounds.jsonl)"

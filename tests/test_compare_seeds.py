@@ -1,0 +1,276 @@
+"""`compare` over several seeds: the seeds asked for, the intervals, the
+layout, comparison.json, the table and the plot (issue 16)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+from scipy import stats
+
+import clusterfed
+from clusterfed.cli import main
+from clusterfed.comparison import CompareResult, default_compare_out, seeds_table
+from clusterfed.errors import ConfigError
+from clusterfed.seeds import (
+    METRICS,
+    interval,
+    parse_seeds,
+    resolve_seeds,
+    seed_statistics,
+)
+from helpers import small_scenario
+
+# -- the statistics --------------------------------------------------------------
+
+
+def test_the_interval_is_scipys_student_t_interval() -> None:
+    values = [0.91, 0.93, 0.96]
+    found = interval(values)
+    low, high = stats.t.interval(
+        0.95, df=2, loc=np.mean(values), scale=stats.sem(values)
+    )
+    ci = stats.ttest_1samp(values, 0.0).confidence_interval(0.95)
+    assert found.n == 3
+    assert_allclose([found.low, found.high], [low, high], rtol=1e-12)
+    assert_allclose([found.low, found.high], [ci.low, ci.high], rtol=1e-12)
+    # By hand: t(0.975, 2) = 4.302653, s = 0.0251661, half = t·s/√3.
+    assert found.std == pytest.approx(0.0251661148, rel=1e-8)
+    assert found.half_width == pytest.approx(4.302652730 * 0.0251661148 / math.sqrt(3))
+    assert found.mean == pytest.approx(0.9333333333)
+
+
+def test_a_90_percent_interval_is_narrower_than_a_95_percent_one() -> None:
+    values = [0.5, 0.7, 0.65, 0.6]
+    wide, narrow = interval(values, 0.95), interval(values, 0.90)
+    low, high = stats.t.interval(
+        0.90, df=3, loc=np.mean(values), scale=stats.sem(values)
+    )
+    assert narrow.low == pytest.approx(low) and narrow.high == pytest.approx(high)
+    assert narrow.half_width is not None and wide.half_width is not None
+    assert narrow.half_width < wide.half_width
+
+
+def test_one_value_has_no_interval_and_equal_values_a_zero_width_one() -> None:
+    one = interval([0.8])
+    assert (one.n, one.mean) == (1, 0.8)
+    assert one.std is one.half_width is one.low is one.high is None
+    equal = interval([0.8, 0.8, 0.8])
+    assert equal.half_width == 0.0 and equal.low == equal.high == pytest.approx(0.8)
+    assert interval([]).mean is None
+
+
+def test_seed_statistics_leave_out_seeds_without_a_value() -> None:
+    summaries = {
+        0: {m: 0.5 for m in METRICS} | {"ari_final": None},
+        1: {m: 0.7 for m in METRICS} | {"ari_final": None},
+        2: {m: 0.9 for m in METRICS} | {"ari_final": 0.4},
+    }
+    found = seed_statistics(summaries)
+    assert found["final_mean_acc"].n == 3
+    assert found["final_mean_acc"].mean == pytest.approx(0.7)
+    assert found["ari_final"].n == 1 and found["ari_final"].mean == 0.4
+    assert found["ari_final"].half_width is None
+
+
+# -- which seeds -----------------------------------------------------------------
+
+
+def test_a_single_number_is_a_count_and_a_list_names_the_seeds() -> None:
+    assert parse_seeds("3") == [0, 1, 2]
+    assert parse_seeds("0,1,2") == [0, 1, 2]
+    assert parse_seeds(" 5, 7 ") == [5, 7]
+    assert resolve_seeds(2) == [0, 1]
+    assert resolve_seeds((4, 9)) == [4, 9]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "empty"),
+        (",", "empty item"),
+        ("0,,1", "empty item"),
+        ("0", "count of seeds.*at least 1"),
+        ("-2", "count of seeds.*at least 1"),
+        ("1,-2", "-2 is negative"),
+        ("1,2,1", "1 listed twice"),
+        ("1.5", "'1.5' is not an integer"),
+    ],
+)
+def test_bad_seeds_are_refused_naming_the_value(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=f"--seeds '{text.strip()}': .*{message}"):
+        parse_seeds(text)
+
+
+@pytest.mark.parametrize("seeds", [0, [], [1, 1], [-1], True, "0,1"])
+def test_the_python_api_refuses_bad_seeds_before_running(
+    seeds: object, tmp_path: Path
+) -> None:
+    with pytest.raises(ConfigError, match="seeds="):
+        clusterfed.compare(
+            small_scenario(rounds=1),
+            ["fedavg"],
+            seeds=seeds,  # type: ignore[arg-type]
+            out=tmp_path / "cmp",
+        )
+    assert not (tmp_path / "cmp").exists()
+
+
+def test_seed_and_seeds_together_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not both"):
+        clusterfed.compare(
+            small_scenario(rounds=1), ["fedavg"], seed=1, seeds=2, out=tmp_path
+        )
+
+
+def test_the_cli_refuses_bad_seeds_before_running(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "cmp"
+    args = ["compare", "quickstart", "--algorithms", "fedavg", "--out", str(out)]
+    assert main([*args, "--seeds", "0,0"]) == 2
+    assert "--seeds '0,0': 0 listed twice" in capsys.readouterr().err
+    assert main([*args, "--seeds", ""]) == 2
+    assert "--seeds '': empty" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_the_default_folder_names_the_seeds_and_hashes_them() -> None:
+    scenario = small_scenario()
+    three = default_compare_out(scenario, [0, 1, 2]).name
+    two = default_compare_out(scenario, [0, 1]).name
+    one = default_compare_out(scenario).name
+    assert three.startswith("small-compare-seeds0to2-")
+    assert two.startswith("small-compare-seeds0_1-")
+    assert one.startswith("small-compare-seed0-")
+    assert len({name.split("-")[3] for name in (one, two, three)}) == 3
+
+
+# -- a comparison over two seeds -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def over_seeds(tmp_path_factory: pytest.TempPathFactory) -> CompareResult:
+    out = tmp_path_factory.mktemp("seeds") / "cmp"
+    return clusterfed.compare(
+        small_scenario(rounds=2), ["fedavg", "fedprox"], seeds=[0, 3], out=out
+    )
+
+
+def test_every_algorithm_runs_on_every_seed_in_its_own_folder(
+    over_seeds: CompareResult,
+) -> None:
+    out = over_seeds.out
+    assert sorted(p.name for p in out.iterdir()) == [
+        "comparison.json",
+        "fedavg",
+        "fedprox",
+    ]
+    for name in ("fedavg", "fedprox"):
+        assert sorted(p.name for p in (out / name).iterdir()) == ["seed0", "seed3"]
+        for seed in (0, 3):
+            loaded = clusterfed.load(out / name / f"seed{seed}")
+            assert loaded.config["seed"] == seed
+            assert loaded.summary["algorithm"] == name and len(loaded.rows) == 2
+    assert over_seeds.seeds == (0, 3)
+    seeds = over_seeds.seed_summaries["fedavg"]
+    # Another seed is another federation (data split, initial model).
+    assert seeds[0]["avg_mean_acc"] != seeds[3]["avg_mean_acc"]
+    with pytest.raises(ValueError, match="over seeds"):
+        over_seeds.runs  # noqa: B018
+    with pytest.raises(ConfigError, match="load one of its runs: seed0, seed3"):
+        clusterfed.load(out / "fedavg")
+
+
+def test_comparison_json_holds_the_seeds_summaries_and_intervals(
+    over_seeds: CompareResult,
+) -> None:
+    data = json.loads((over_seeds.out / "comparison.json").read_text())
+    assert list(data) == ["fedavg", "fedprox"]
+    for name, entry in data.items():
+        assert entry["seeds"] == [0, 3] and entry["confidence"] == 0.95
+        for seed in (0, 3):
+            written = over_seeds.out / name / f"seed{seed}" / "summary.json"
+            assert entry["summaries"][str(seed)] == json.loads(written.read_text())
+        finals = [entry["summaries"][s]["final_mean_acc"] for s in ("0", "3")]
+        final = entry["statistics"]["final_mean_acc"]
+        low, high = stats.t.interval(
+            0.95, df=1, loc=np.mean(finals), scale=stats.sem(finals)
+        )
+        assert final["n"] == 2 and final["mean"] == pytest.approx(np.mean(finals))
+        assert final["low"] == pytest.approx(low) and final["high"] == pytest.approx(
+            high
+        )
+        assert set(entry["statistics"]) == set(METRICS)
+
+
+def test_the_plot_of_a_folder_over_seeds_draws_each_algorithm_once(
+    over_seeds: CompareResult, tmp_path: Path
+) -> None:
+    from clusterfed.plots import _runs_in
+
+    runs = _runs_in(over_seeds.out)
+    assert [label for label, _ in runs] == ["small · fedavg"] * 2 + [
+        "small · fedprox"
+    ] * 2
+    assert main(["plot", str(over_seeds.out), "--out", str(tmp_path / "f.png")]) == 0
+    assert (tmp_path / "f.png").stat().st_size > 0 and (tmp_path / "f.pdf").exists()
+    # One algorithm's folder of seeds plots on its own too.
+    algorithm = ["plot", str(over_seeds.out / "fedavg"), "--out", str(tmp_path / "a")]
+    assert main(algorithm) == 0
+    assert (tmp_path / "a.png").stat().st_size > 0
+
+
+# -- the table -------------------------------------------------------------------
+
+
+def _summary(final: float, ari: float | None = 1.0) -> dict[str, object]:
+    return {
+        "final_mean_acc": final,
+        "final_std_acc": 0.05,
+        "avg_mean_acc": 0.9,
+        "avg_std_acc": 0.05,
+        "n_clusters_final": 2,
+        "ari_final": ari,
+        "purity_final": 1.0,
+    }
+
+
+def test_the_table_shows_mean_and_half_width_and_a_paired_difference() -> None:
+    text = seeds_table(
+        {
+            "fedavg": {0: _summary(0.93881), 1: _summary(0.93901)},
+            "fedprox": {0: _summary(0.93862), 1: _summary(0.93880)},
+        }
+    )
+    half = interval([0.93881, 0.93901]).half_width
+    assert f"0.9389 ± {half:.4f}" in text
+    # fedprox − fedavg per seed: −0.00019, −0.00021 → −0.0002 ± 0.0001.
+    paired = interval([0.93862 - 0.93881, 0.93880 - 0.93901])
+    assert f"{paired.mean:+.4f} ± {paired.half_width:.4f}" in text
+    assert "-0.0002 ± 0.0001" in text
+    assert "95% Student t interval" in text
+
+
+def test_one_seed_gives_a_table_without_intervals() -> None:
+    text = seeds_table({"fedavg": {4: _summary(0.9)}, "cfl": {4: _summary(0.8)}})
+    rows = text.splitlines()[2:4]
+    assert "±" not in "".join(rows)
+    assert rows[0].split()[:3] == ["fedavg", "1", "0.9000"]
+    assert "-0.1000" in rows[1] and "n=1" in text
+
+
+def test_the_cli_prints_the_table_over_seeds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "cmp"
+    args = ["compare", "quickstart", "--algorithms", "fedavg", "--rounds", "1"]
+    assert main([*args, "--clients", "4", "--seeds", "2", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    row = next(line for line in printed.splitlines() if line.startswith("fedavg"))
+    assert row.split()[1] == "2" and "±" in row
+    assert sorted(p.name for p in (out / "fedavg").iterdir()) == ["seed0", "seed1"]
