@@ -7,7 +7,9 @@ evaluates each on its own training data, trains the one with the lowest loss
 and uploads it with that identity; the server averages per identity.
 
 The K models start from K independent random initialisations (the paper's
-setting; identical models would leave every client on the first one).
+setting; identical models would leave every client on the first one). A
+cluster's model moves by the plain mean of its members' deltas, as the
+reference code averages them; `mean="weighted"` weighs them by sample count.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import numpy as np
 
 from clusterfed.types import ClientId, ClusterId
 
-from ._aggregate import average_per_cluster
+from ._aggregate import ClusterMean, average_per_cluster, check_cluster_mean
 from .base import (
     Candidate,
     ClientInfo,
@@ -56,17 +58,26 @@ class IFCALoop(Strategy[S]):
     Args:
         clusters: K, the number of cluster models (≥ 1).
         fraction: share of clients sampled each round; at least one.
+        mean: how a cluster averages its members' deltas: "weighted" by
+            sample count, or "plain".
     """
 
     identity: ClassVar[str] = MinLoss.name
 
-    def __init__(self, *, clusters: int = 4, fraction: float = 1.0) -> None:
+    def __init__(
+        self,
+        *,
+        clusters: int = 4,
+        fraction: float = 1.0,
+        mean: ClusterMean = "weighted",
+    ) -> None:
         if isinstance(clusters, bool) or not isinstance(clusters, int) or clusters < 1:
             raise ValueError(f"clusters must be an integer >= 1, got {clusters!r}")
         if not 0 < fraction <= 1:
             raise ValueError(f"fraction must be in (0, 1], got {fraction}")
         self.clusters = clusters
         self.fraction = fraction
+        self.mean = check_cluster_mean(mean)
 
     @property
     def initial_models(self) -> int:
@@ -111,7 +122,9 @@ class IFCALoop(Strategy[S]):
         ok = [u for u in updates if u.ok and u.client in state.assignment]
         assignment: dict[ClientId, ClusterId] = dict(state.assignment)
         assignment.update({u.client: u.cluster for u in ok})
-        models = average_per_cluster(state.models, ok, aggregator=self.aggregator)
+        models = average_per_cluster(
+            state.models, ok, aggregator=self.aggregator, mean=self.mean
+        )
         return state.replace(models=models, assignment=assignment)
 
 
@@ -121,7 +134,14 @@ class IFCA(IFCALoop[ServerState]):
     Args:
         clusters: K, the number of cluster models (≥ 1).
         fraction: share of clients sampled each round; at least one.
+        mean: how a cluster averages its members' deltas: "plain" (the
+            reference code's mean, the default) or "weighted" by sample count.
     """
 
     name = "ifca"
     state_type = ServerState
+
+    def __init__(
+        self, *, clusters: int = 4, fraction: float = 1.0, mean: ClusterMean = "plain"
+    ) -> None:
+        super().__init__(clusters=clusters, fraction=fraction, mean=mean)

@@ -7,7 +7,7 @@ import pytest
 from numpy.testing import assert_allclose
 
 from clusterfed.algorithms import ClientInfo, ClientUpdate, ServerState, make
-from clusterfed.algorithms.cfl import CFL, CFLState, bipartition
+from clusterfed.algorithms.cfl import CFL, CFLState, Split, bipartition
 from clusterfed.types import ClientId, ClusterId
 
 DIM = 10
@@ -54,13 +54,44 @@ def _opposed(scale: float = 2.0, n: int = 6) -> np.ndarray:
     return scale * signs * v + 0.05 * rng.standard_normal((n, DIM))
 
 
-def test_cluster_models_move_by_the_sample_weighted_mean_delta() -> None:
+def test_cluster_models_move_by_the_plain_mean_delta_by_default() -> None:
     cfl = CFL()
+    state = _start(cfl, 3)
+    deltas = np.array([[1.0] * DIM, [0.0] * DIM, [4.0] * DIM])
+    new = cfl.aggregate(state, 0, _updates(state, deltas, [10, 30, 60]), _rng())
+    # by hand, the reference's mean: (1 + 0 + 4) / 3 on top of the ones
+    assert_allclose(new.models[0], np.full(DIM, 1 + 5 / 3), rtol=1e-6)
+    assert new.update_norms is not None
+    assert_allclose(new.update_norms[0].mean, 5 / 3 * np.sqrt(DIM), rtol=1e-6)
+
+
+def test_cluster_models_move_by_the_sample_weighted_mean_delta() -> None:
+    cfl = CFL(mean="weighted")
     state = _start(cfl, 3)
     deltas = np.array([[1.0] * DIM, [0.0] * DIM, [4.0] * DIM])
     new = cfl.aggregate(state, 0, _updates(state, deltas, [10, 30, 60]), _rng())
     # by hand: (10·1 + 30·0 + 60·4) / 100 = 2.5 on top of the ones
     assert_allclose(new.models[0], np.full(DIM, 3.5), rtol=1e-6)
+    assert new.update_norms is not None
+    assert_allclose(new.update_norms[0].mean, 2.5 * np.sqrt(DIM), rtol=1e-6)
+
+
+def test_the_mean_rule_decides_the_eps1_test_too() -> None:
+    # Plain, two clients along +v and two along −v cancel exactly (a split);
+    # weighted, the light −v client hardly counts and the mean update is
+    # (10 − 10 + 10 − 1)·v / 31, above ε1 (no split).
+    v = np.zeros(DIM)
+    v[0] = 2.0
+    deltas = np.array([v, -v, v, -v])
+    counts = [10, 10, 10, 1]
+    plain, weighted = CFL(), CFL(mean="weighted")
+    state = _start(plain, 4)
+    after = plain.aggregate(state, 20, _updates(state, deltas, counts), _rng())
+    assert set(after.assignment.values()) == {0, 1}
+    after = weighted.aggregate(state, 20, _updates(state, deltas, counts), _rng())
+    assert set(after.assignment.values()) == {0}
+    assert after.update_norms is not None
+    assert_allclose(after.update_norms[0].mean, 2.0 * 9 / 31, rtol=1e-6)
 
 
 def test_a_planted_split_separates_the_groups_exactly() -> None:
@@ -69,8 +100,8 @@ def test_a_planted_split_separates_the_groups_exactly() -> None:
     deltas = _opposed()
     new = cfl.aggregate(state, 20, _updates(state, deltas), _rng())
     assert new.update_norms is not None
-    mean_norm, max_norm = new.update_norms[0]
-    assert mean_norm < 0.4 < 1.6 < max_norm  # the planted case meets the criteria
+    norms = new.update_norms[0]
+    assert norms.mean < 0.4 < 1.6 < norms.max  # the planted case meets the criteria
     assert {c: new.assignment[ClientId(c)] for c in range(6)} == {
         0: 0,
         1: 1,
@@ -156,9 +187,102 @@ def test_bipartition_splits_opposite_updates() -> None:
     assert first == [0, 2, 4] and second == [1, 3, 5]
 
 
+def test_a_split_is_recorded_with_its_round() -> None:
+    cfl = CFL(warmup=5)
+    state = _start(cfl)
+    assert cfl.diagnostics(state) == {}  # nothing decided yet
+    state = cfl.aggregate(state, 4, _updates(state, _opposed()), _rng())
+    assert state.splits == ()
+    state = cfl.aggregate(state, 7, _updates(state, _opposed()), _rng())
+    assert state.splits == (Split(7, ClusterId(0), ClusterId(1), 3, 3),)
+    found = cfl.diagnostics(state)
+    assert found["splits"] == [
+        {"round": 7, "cluster": 0, "new_cluster": 1, "stayed": 3, "moved": 3}
+    ]
+    assert found["thresholds"] == {"eps1": 0.4, "eps2": 1.6}
+
+
+# -- relative thresholds ----------------------------------------------------------
+
+
+def _warm(cfl: CFL, scale: float, rounds: int = 2) -> CFLState:
+    """`rounds` warm-up rounds in which every client moves by `scale` along
+    one shared direction (so no client disagrees yet)."""
+    state = _start(cfl)
+    agree = np.zeros((6, DIM))
+    agree[:, 2] = scale
+    for r in range(rounds):
+        state = cfl.aggregate(state, r, _updates(state, agree), _rng())
+    return state
+
+
+def test_relative_thresholds_are_multiples_of_the_warmup_client_norm() -> None:
+    cfl = CFL(thresholds="relative", warmup=2, eps1=0.25, eps2=1.0)
+    state = _warm(cfl, scale=8.0)
+    assert state.warmup_norms == (8.0, 8.0)
+    assert cfl.norm_thresholds(state) == (2.0, 8.0)  # 0.25·8, 1.0·8
+    assert cfl.diagnostics(state)["thresholds"] == {"eps1": 2.0, "eps2": 8.0}
+    # After the warm-up the reference stays put.
+    state = cfl.aggregate(state, 2, _updates(state, _opposed(scale=2.0)), _rng())
+    assert state.warmup_norms == (8.0, 8.0)
+
+
+@pytest.mark.parametrize("scale", [0.01, 1.0, 100.0])
+def test_relative_thresholds_decide_alike_at_every_scale(scale: float) -> None:
+    # Opposed updates of twice the warm-up step: split, however large a step.
+    cfl = CFL(thresholds="relative", warmup=2)
+    state = _warm(cfl, scale=scale)
+    opposed = scale * _opposed(scale=2.0)  # the noise scales too
+    split = cfl.aggregate(state, 2, _updates(state, opposed), _rng())
+    assert split.splits == (Split(2, ClusterId(0), ClusterId(1), 3, 3),)
+    # Opposed updates of a tenth of it: no client is still moving far.
+    small = cfl.aggregate(state, 2, _updates(state, 0.05 * opposed), _rng())
+    assert small.splits == () and set(small.assignment.values()) == {0}
+
+
+def test_absolute_thresholds_miss_a_split_that_relative_ones_see() -> None:
+    # Updates 100 times the reference CNN's: the cancelling mean is still
+    # above 0.4, so the absolute rule never splits; the relative one does.
+    absolute = CFL(warmup=2)
+    relative = CFL(thresholds="relative", warmup=2)
+    opposed = 100.0 * _opposed(scale=2.0)
+    for cfl, parts in ((absolute, {0}), (relative, {0, 1})):
+        state = _warm(cfl, scale=100.0)
+        state = cfl.aggregate(state, 2, _updates(state, opposed), _rng())
+        assert set(state.assignment.values()) == parts
+
+
+def test_relative_thresholds_wait_for_a_reference() -> None:
+    # Every warm-up update failed: no reference, so no split and no thresholds.
+    cfl = CFL(thresholds="relative", warmup=1)
+    state = _start(cfl)
+    failed = [
+        ClientUpdate(ClientId(i), ClusterId(0), "failed", reason="down")
+        for i in range(6)
+    ]
+    state = cfl.aggregate(state, 0, failed, _rng())
+    state = cfl.aggregate(state, 1, _updates(state, _opposed()), _rng())
+    assert state.warmup_norms == () and state.splits == ()
+    assert cfl.diagnostics(state)["thresholds"] is None
+
+
+def test_defaults_follow_the_threshold_rule() -> None:
+    assert (CFL().eps1, CFL().eps2) == (0.4, 1.6)
+    relative = CFL(thresholds="relative")
+    assert (relative.eps1, relative.eps2) == (0.25, 1.0)
+    assert CFL(thresholds="relative", eps1=0.1).eps1 == 0.1
+
+
 @pytest.mark.parametrize(
     "params, shown",
-    [({"eps1": -1.0}, "-1.0"), ({"eps2": -0.5}, "-0.5"), ({"warmup": -2}, "-2")],
+    [
+        ({"eps1": -1.0}, "-1.0"),
+        ({"eps2": -0.5}, "-0.5"),
+        ({"warmup": -2}, "-2"),
+        ({"thresholds": "scaled"}, "'scaled'"),
+        ({"mean": "median"}, "'median'"),
+        ({"thresholds": "relative", "warmup": 0}, "warmup must be ≥ 1, got 0"),
+    ],
 )
 def test_bad_options_raise_naming_the_value(params: dict, shown: str) -> None:
     with pytest.raises(ValueError, match=shown):

@@ -58,10 +58,16 @@ def test_dcfl_reports_its_dunn_index_and_whether_it_reclustered() -> None:
 
 def test_cfl_reports_each_clusters_update_norms() -> None:
     (found,) = _rounds("cfl", np.array([[3.0, 0, 0, 0], [0, 4.0, 0, 0]]))
-    assert found == {"update_norms": {"0": {"mean": 2.5, "max": 4.0}}}
+    assert found == {
+        "update_norms": {"0": {"mean": 2.5, "max": 4.0, "clients": 3.5}},
+        "thresholds": {"eps1": 0.4, "eps2": 1.6},
+        "splits": [],
+    }
 
 
 def test_rounds_jsonl_records_the_diagnostics(tmp_path: Path) -> None:
     clusterfed.run(small_scenario(algorithm="cfl", rounds=2), out=tmp_path)
     rows = read_rounds(tmp_path)
-    assert all(set(r["strategy"]) == {"update_norms"} for r in rows)
+    assert all(
+        set(r["strategy"]) == {"update_norms", "thresholds", "splits"} for r in rows
+    )

@@ -126,9 +126,21 @@ def test_the_server_averages_per_reported_identity() -> None:
     ]
     new = strategy.aggregate(state, 0, updates, _rng())
     assert dict(new.assignment) == {0: 2, 1: 2, 2: 0, 3: 0}
-    assert_allclose(new.models[2], [2 + 2.5, 2 - 0.5])  # (10·[1,1] + 30·[3,−1]) / 40
+    # The reference's plain mean: ([1,1] + [3,−1]) / 2, whatever the counts.
+    assert_allclose(new.models[2], [2 + 2.0, 2 + 0.0])
     assert_allclose(new.models[0], [1.0, 0.5])
     assert_allclose(new.models[1], [1.0, 1.0])  # nobody chose it
+    weighted = make("ifca", clusters=3, mean="weighted")
+    new = weighted.aggregate(state, 0, updates, _rng())
+    assert_allclose(new.models[2], [2 + 2.5, 2 - 0.5])  # (10·[1,1] + 30·[3,−1]) / 40
+    assert_allclose(new.models[0], [1.0, 0.5])
+
+
+def test_ifca_refuses_an_unknown_mean() -> None:
+    with pytest.raises(
+        ValueError, match="mean must be 'plain' or 'weighted', got 'median'"
+    ):
+        make("ifca", mean="median")
 
 
 def test_gradloss_sends_last_updates_and_repairs_an_empty_cluster() -> None:
