@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clusterfed import __version__
-from clusterfed.errors import ClusterfedError, ConfigError
+from clusterfed.errors import ClusterfedError, ConfigError, ScenarioWarning
 
 if TYPE_CHECKING:
     from clusterfed.api import RunResult
@@ -19,6 +20,7 @@ INTERRUPTED = 130
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    warnings.showwarning = _show_warning
     parser = _parser()
     args = parser.parse_args(argv)
     try:
@@ -30,6 +32,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A run says where its finished rounds are (RunInterrupted).
         print(f"clusterfed: {exc or 'interrupted'}", file=sys.stderr)
         return INTERRUPTED
+
+
+_python_show_warning = warnings.showwarning
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: object = None,
+    line: str | None = None,
+) -> None:
+    # A scenario's warning is said to its author, not to a source line.
+    if issubclass(category, ScenarioWarning):
+        print(f"clusterfed: warning: {message}", file=sys.stderr)
+    else:
+        _python_show_warning(message, category, filename, lineno, file, line)  # type: ignore[arg-type]
 
 
 def _list(args: argparse.Namespace) -> int:

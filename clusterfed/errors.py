@@ -13,6 +13,11 @@ class ConfigError(ClusterfedError, ValueError):
     """An unknown name or a bad parameter of an algorithm, model or dataset."""
 
 
+class ScenarioWarning(UserWarning):
+    """A scenario runs, but part of it cannot do what it says (an event after
+    the last round, a straggler that is never late)."""
+
+
 class UpdateRejected(ClusterfedError):
     """An update was refused before it could touch a model."""
 
@@ -22,5 +27,6 @@ __all__ = [
     "ConfigError",
     "ProtocolError",
     "ScenarioError",
+    "ScenarioWarning",
     "UpdateRejected",
 ]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,12 +24,14 @@ from tqdm.auto import tqdm
 
 from clusterfed.actors import ClientSpec, ParameterServer, SimClock
 from clusterfed.actors.asynchronous import AsyncDriver
+from clusterfed.actors.clock import WaitAll
 from clusterfed.actors.runtimes import Runtime
 from clusterfed.actors.trace import TraceMode, TraceWriter, TracingRuntime
-from clusterfed.errors import ConfigError
+from clusterfed.errors import ConfigError, ScenarioWarning
 from clusterfed.protocol import Shutdown, Welcome, decode
 from clusterfed.scenarios import RunPlan, Scenario, ScenarioEngine, plan_run
 from clusterfed.scenarios.build import STRATEGY_STREAM
+from clusterfed.scenarios.problems import scenario_warnings, unfired_time_events
 from clusterfed.seeding import numpy_rng
 
 from .checkpoint import CHECKPOINT, Checkpoint, write_checkpoint
@@ -128,6 +131,11 @@ class Federation:
                 max_staleness=scenario.max_staleness,
             )
         self._resume = resume
+        # What the scenario says but cannot do; in summary.json too.
+        self.warnings: list[str] = []
+        self._punctual_stragglers: set[int] = set()
+        for text in scenario_warnings(scenario):
+            self.warn(text)
         if resume is None:
             self.recorder = RunRecorder(out, self.config)
             self.first_round = 0
@@ -174,6 +182,7 @@ class Federation:
         )
         if self.trace is not None:
             self.trace.flush()
+        self._check_stragglers(round, row)
         done = round + 1
         every = self.checkpoint_every
         if every and done % every == 0 and done < self.scenario.rounds:
@@ -197,12 +206,45 @@ class Federation:
             extra["staleness"] = staleness
         if interrupted:
             extra["interrupted"] = True
+        else:
+            fired = self.engine.timeline.fired
+            for text in unfired_time_events(self.scenario, fired, self.clock.now):
+                self.warn(text)
+        if self.warnings:
+            extra["warnings"] = list(self.warnings)
         summary = self.recorder.finish(
             algorithm=self.scenario.algorithm,
             scenario=self.scenario.name,
             extra=extra,
         )
         return summary, self.recorder.rows
+
+    def warn(self, text: str) -> None:
+        """Say that part of the scenario cannot do what it says."""
+        self.warnings.append(text)
+        warnings.warn(text, ScenarioWarning, stacklevel=2)
+
+    def _check_stragglers(self, round: int, row: Row) -> None:
+        """Warn, once per client, of a straggler that finished inside the
+        deadline: the scenario meant it to be late."""
+        if self.driver is not None or isinstance(self.scenario.deadline, WaitAll):
+            return
+        for client in row["clients"]:
+            cid = client["id"]
+            if (
+                cid in self.engine.straggling
+                and client["trained"]
+                and not client["late"]
+                and cid not in self._punctual_stragglers
+            ):
+                self._punctual_stragglers.add(cid)
+                factor = self.engine.specs[cid].slowdown
+                self.warn(
+                    f"round {round}: client {cid} straggles (×{factor:g}) but"
+                    f" finished in {client['sim_s']:.2f} simulated s, inside the"
+                    " deadline, so it is not late; raise the straggle factor or"
+                    " tighten the deadline"
+                )
 
     async def close(self) -> None:
         """Tell the clients the run is over, then stop hosting them."""
@@ -273,11 +315,14 @@ class Federation:
         return reply
 
     def _strategy_summary(self) -> dict[str, Any]:
-        """Summary keys scored from the strategy's last diagnostics against the
-        ground truth, which only the scenario knows: `cbcc` for CAFA."""
+        """Summary keys from the strategy's last diagnostics: the `splits` a
+        strategy reports (CFL), and scores against the ground truth, which
+        only the scenario knows: `cbcc` for CAFA."""
         rows = self.recorder.rows
         if not rows:
             return {}
+        last = rows[-1].get("strategy") or {}
+        splits = {"splits": last["splits"]} if "splits" in last else {}
         iid = self.scenario.partition.iid_groups()
         engine = self.engine
         truth = (
@@ -289,8 +334,8 @@ class Federation:
             if iid is not None
             else None
         )
-        cbcc = cbcc_scores(rows[-1].get("strategy") or {}, truth)
-        return {} if cbcc is None else {"cbcc": cbcc}
+        cbcc = cbcc_scores(last, truth)
+        return splits if cbcc is None else {**splits, "cbcc": cbcc}
 
 
 async def drive(

@@ -17,6 +17,8 @@ from typing import Annotated, Any, Union, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from .spec import Scenario
+
 # The fields that pick a member of a tagged union (event kind, deadline
 # policy, faulty behaviour, ...).
 _TAGS = ("kind", "policy", "behaviour")
@@ -150,3 +152,28 @@ def _quoted(text: str) -> list[str]:
 
 def _shown(value: Any) -> bool:
     return isinstance(value, (int, float, str, bool)) and len(repr(value)) <= 60
+
+
+def scenario_warnings(scenario: Scenario) -> list[str]:
+    """What in a valid scenario cannot happen as written: round-clock events
+    that start after the last round. (Time-clock events are judged at the
+    run's end, when its simulated length is known.)"""
+    last = scenario.rounds - 1
+    return [
+        f"events[{i}] ({event.kind}): start {event.start:g} is after the last"
+        f" round ({last}): it never fires"
+        for i, event in enumerate(scenario.events)
+        if event.clock == "round" and event.start > last
+    ]
+
+
+def unfired_time_events(
+    scenario: Scenario, fired: dict[int, int], end: float
+) -> list[str]:
+    """Time-clock events that never fired in a run that ended at `end`."""
+    return [
+        f"events[{i}] ({event.kind}): start {event.start:g} s is after the run's"
+        f" simulated end ({end:.1f} s): it never fired"
+        for i, event in enumerate(scenario.events)
+        if event.clock == "time" and not fired.get(i)
+    ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +11,7 @@ import pytest
 
 import clusterfed
 from clusterfed.actors.clock import Deadline, Fraction
-from clusterfed.errors import ScenarioError
+from clusterfed.errors import ScenarioError, ScenarioWarning
 from clusterfed.scenarios import (
     Crash,
     Drift,
@@ -87,12 +89,14 @@ def test_a_drift_to_a_new_angle_or_class_mix_gets_a_fresh_group(tmp_path: Path) 
 
 
 def test_a_straggler_is_late_exactly_while_it_straggles(tmp_path: Path) -> None:
-    rows = run(
-        tmp_path,
-        rounds=6,
-        deadline=Deadline(seconds=2.0),
-        events=[Straggle(start=2, target=1, factor=50, rounds=2)],
-    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ScenarioWarning)  # nothing to warn of
+        rows = run(
+            tmp_path,
+            rounds=6,
+            deadline=Deadline(seconds=2.0),
+            events=[Straggle(start=2, target=1, factor=50, rounds=2)],
+        )
     late = [client(r, 1)["late"] for r in rows]  # type: ignore[index]
     assert late == [False, False, True, True, False, False]
     assert [r["late_updates"] for r in rows] == [0, 0, 1, 1, 0, 0]
@@ -104,6 +108,37 @@ def test_a_straggler_is_late_exactly_while_it_straggles(tmp_path: Path) -> None:
     ]
     assert lengths[1] == pytest.approx(2.0) and lengths[2] == pytest.approx(2.0)
     assert lengths[3] < 2.0 and lengths[0] < 2.0
+
+
+def test_what_cannot_happen_as_written_is_warned_of_and_kept(tmp_path: Path) -> None:
+    with pytest.warns(ScenarioWarning) as caught:
+        clusterfed.run(
+            small_scenario(
+                rounds=4,
+                deadline=Deadline(seconds=60.0),
+                events=[
+                    Drift(start=40, target=1, rotation=90.0),
+                    Straggle(start=1, target=2, factor=2.0),
+                    Leave(clock="time", start=9999.0, target=3),
+                ],
+            ),
+            out=tmp_path,
+        )
+    said = [str(w.message) for w in caught]
+    assert said[0] == (
+        "events[0] (drift): start 40 is after the last round (3): it never fires"
+    )
+    assert said[1].startswith(
+        "round 1: client 2 straggles (×2) but finished in"
+    ) and said[1].endswith(
+        "so it is not late; raise the straggle factor or tighten the deadline"
+    )
+    assert said[2].startswith(
+        "events[2] (leave): start 9999 s is after the run's simulated end"
+    )
+    assert len(said) == 3
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["warnings"] == said
 
 
 def test_a_fraction_policy_leaves_the_slowest_late(tmp_path: Path) -> None:
