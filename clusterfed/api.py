@@ -18,6 +18,8 @@ from .checkpoint import Checkpoint, read_checkpoint
 from .federation import Federation, OnRound, RunResult, canonical, drive
 from .folders import claim, default_folder, point_latest
 from .provenance import run_provenance
+from .results import Row
+from .tracking import ScalarLog, parse_logs
 
 RUNTIMES = ("local", "ray")
 
@@ -41,6 +43,7 @@ def run(
     overwrite: bool = False,
     command: Sequence[str] | None = None,
     trace: str | None = None,
+    log: str | Sequence[str] | None = None,
 ) -> RunResult:
     """Run `scenario` and write its results folder.
 
@@ -83,6 +86,7 @@ def run(
         raise ConfigError(
             f"trace must be one of {', '.join(TRACE_MODES)}, got {trace!r}"
         )
+    logs = parse_logs(log)
     resolved = with_overrides(
         load_scenario(scenario),
         overrides,
@@ -109,6 +113,7 @@ def run(
             on_round=on_round,
             provenance=run_provenance(command),
             trace=trace,
+            logs=logs,
         )
     )
 
@@ -167,6 +172,7 @@ def resume(
             progress,
             checkpoint_every=config.get("checkpoint_every"),
             start=checkpoint,
+            logs=parse_logs(config.get("log")),
         )
     )
 
@@ -221,6 +227,7 @@ async def _run(
     on_round: OnRound | None = None,
     provenance: dict[str, Any] | None = None,
     trace: str | None = None,
+    logs: Sequence[str] = (),
 ) -> RunResult:
     """Run the rounds of `scenario`, from the first or from checkpoint `start`;
     under Ray the federation runs in a Ray actor and this loop only streams."""
@@ -229,6 +236,7 @@ async def _run(
         "seed": scenario.seed,
         "runtime": runtime.name,
         "checkpoint_every": checkpoint_every,
+        "log": list(logs),
         **(provenance or {}),
     }
     options: dict[str, Any] = dict(
@@ -241,4 +249,16 @@ async def _run(
         federation = RemoteFederation(scenario, runtime, out, **options)  # type: ignore[arg-type]
     else:
         federation = Federation(scenario, runtime, out, **options)
-    return await drive(federation, progress=progress, on_round=on_round)
+    if not logs:
+        return await drive(federation, progress=progress, on_round=on_round)
+    scalars = ScalarLog(out, logs)
+
+    def record(row: Row) -> None:
+        scalars(row)
+        if on_round is not None:
+            on_round(row)
+
+    try:
+        return await drive(federation, progress=progress, on_round=record)
+    finally:
+        scalars.close()

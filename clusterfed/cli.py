@@ -95,6 +95,7 @@ def _run(args: argparse.Namespace) -> int:
         checkpoint_every=args.checkpoint_every,
         overwrite=args.overwrite,
         trace=args.trace,
+        log=args.log,
     )
     _report(result)
     return 0
@@ -271,6 +272,12 @@ def _parser() -> argparse.ArgumentParser:
         choices=["full", "headers"],
         help="record every envelope into trace.msgpack (see `clusterfed trace`"
         " and `clusterfed replay`); --trace=headers leaves out the bytes",
+    )
+    run.add_argument(
+        "--log",
+        metavar="KINDS",
+        help="per-round scalars for trackers: csv (scalars.csv), tensorboard"
+        " (tensorboard/), or csv,tensorboard",
     )
     run.set_defaults(command=_run)
 

@@ -162,8 +162,10 @@ class DPSpec(_Spec):
 
     Each client's noise multiplier is chosen by Opacus so that the rounds it
     plans to take part in (all rounds from the one it joins; see README)
-    spend at most `epsilon` at `delta`; a client that would go past it
-    refuses to train.
+    spend at most `epsilon` at `delta` (`horizon = "run"`), or so that one
+    round's local training does (`horizon = "round"`: the budget applies per
+    round, and the ε reported is still the total spent); a client that would
+    go past it refuses to train.
     """
 
     epsilon: float = Field(gt=0, allow_inf_nan=False, description="the budget ε")
@@ -172,6 +174,9 @@ class DPSpec(_Spec):
         1.0, gt=0, allow_inf_nan=False, description="per-sample clipping bound"
     )
     accountant: Accountant = Field("rdp", description="Opacus' accountant")
+    horizon: Literal["run", "round"] = Field(
+        "run", description="what ε covers: the whole run or each round alone"
+    )
 
 
 class Faulty(FaultPlan):

@@ -131,7 +131,9 @@ def test_a_partition_that_cannot_fit_is_refused_before_data_loads() -> None:
         " 1797; lower clients or partition.min_samples (at most 179 clients of 10)"
     ) in str(error.value)
     with pytest.raises(ScenarioError, match=r"1800 clients × 1 samples each"):
-        with_overrides(load_scenario("quickstart"), ["partition.kind=iid", "clients=1800"])
+        with_overrides(
+            load_scenario("quickstart"), ["partition.kind=iid", "clients=1800"]
+        )
     # Joiners need data too.
     with pytest.raises(ScenarioError, match=r"190 clients \(170 \+ 20 joining\)"):
         with_overrides(
