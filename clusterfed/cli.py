@@ -169,10 +169,12 @@ def _resume(args: argparse.Namespace) -> int:
 
 def _report(result: RunResult) -> None:
     s = result.summary
+    test = s.get("global_acc_final")
+    on_test = f", global model on the test split {test:.4f}" if test is not None else ""
     print(
         f"{s['scenario']} · {s['algorithm']}: {s['rounds']} rounds,"
-        f" final mean accuracy {s['final_mean_acc']:.4f} ± {s['final_std_acc']:.4f},"
-        f" clusters {s['n_clusters_final']}, late {s['late_updates']},"
+        f" final mean accuracy {s['final_mean_acc']:.4f} ± {s['final_std_acc']:.4f}"
+        f"{on_test}, clusters {s['n_clusters_final']}, late {s['late_updates']},"
         f" failed {s['failed_updates']}, rejected {s['rejected_messages']},"
         f" {s['wall_s']:.1f} s"
     )

@@ -26,6 +26,7 @@ from clusterfed.actors import ClientSpec, ParameterServer, SimClock
 from clusterfed.actors.asynchronous import AsyncDriver
 from clusterfed.actors.clock import WaitAll
 from clusterfed.actors.runtimes import Runtime
+from clusterfed.actors.spec import PrivacyPlan, privacy_summary
 from clusterfed.actors.trace import TraceMode, TraceWriter, TracingRuntime
 from clusterfed.errors import ConfigError, ScenarioWarning
 from clusterfed.protocol import Shutdown, Welcome, decode
@@ -35,6 +36,7 @@ from clusterfed.scenarios.problems import scenario_warnings, unfired_time_events
 from clusterfed.seeding import numpy_rng
 
 from .checkpoint import CHECKPOINT, Checkpoint, write_checkpoint
+from .global_test import GlobalTest
 from .provenance import algorithm_record
 from .results import (
     Row,
@@ -119,6 +121,7 @@ class Federation:
             algorithm_record(scenario.algorithm, self.plan.strategy, scenario.train),
         )
         self.engine = ScenarioEngine(self.plan)
+        self.global_test = GlobalTest(scenario, self.plan.dataset)
         self.clock = SimClock()
         self.server = build_server(self.plan, runtime, self.clock)
         self.driver: AsyncDriver | None = None
@@ -131,6 +134,9 @@ class Federation:
                 max_staleness=scenario.max_staleness,
             )
         self._resume = resume
+        # Every client's DP plan as it joined, for the summary (a client that
+        # leaves stays in it).
+        self.privacy: dict[int, PrivacyPlan] = {}
         # What the scenario says but cannot do; in summary.json too.
         self.warnings: list[str] = []
         self._punctual_stragglers: set[int] = set()
@@ -178,7 +184,11 @@ class Federation:
         self.clock.advance(outcome.sim_duration)
         await self.runtime.settle()
         row = self.recorder.record(
-            outcome, groups=self.engine.groups, sim_time=self.clock.now, events=events
+            outcome,
+            groups=self.engine.groups,
+            sim_time=self.clock.now,
+            events=events,
+            global_acc=self.global_test.accuracy(self.server.state.models),
         )
         if self.trace is not None:
             self.trace.flush()
@@ -196,6 +206,10 @@ class Federation:
         `interrupted`: the run stopped early; the summary covers the rounds
         that finished and says so."""
         extra = self._strategy_summary()
+        spent = {int(cid): eps for cid, eps in self.server.epsilon.items()}
+        privacy = privacy_summary(self.privacy, spent)
+        if privacy is not None:
+            extra["privacy"] = privacy
         rows = self.recorder.rows
         extra["target_accuracy"] = self.scenario.target_accuracy
         extra["time_to_accuracy"] = time_to_accuracy(
@@ -283,6 +297,8 @@ class Federation:
         """Host new clients; each sends its join request to the server."""
         for spec in specs:
             self.clock.profiles[spec.id] = spec.profile  # type: ignore[index]
+            if spec.privacy is not None:
+                self.privacy[spec.id] = spec.privacy
         joins = await self.runtime.add(specs)
         for spec, join in zip(specs, joins, strict=True):
             reply = decode(await self.handle(join, spec.id)).payload

@@ -187,12 +187,14 @@ class RunRecorder:
         groups: Mapping[int, int],
         sim_time: float,
         events: Sequence[Any] = (),
+        global_acc: float | None = None,
     ) -> Row:
         """Append the row of one round to rounds.jsonl and return it.
 
         `groups` is the ground-truth group of each client this round (it moves
         with drift); it scores the clustering and is never shown to algorithms.
-        `sim_time` is simulated now at the round's end.
+        `sim_time` is simulated now at the round's end. `global_acc`: the
+        server's one model on the dataset's test split (`GlobalTest`).
         """
         clients = [
             c.row(groups.get(c.id)) for c in sorted(outcome.clients, key=lambda c: c.id)
@@ -209,6 +211,7 @@ class RunRecorder:
             "n_clusters": outcome.n_clusters,
             "ari": ari(truth, found),
             "purity": purity(truth, found),
+            "global_acc": global_acc,
             "bytes_up": outcome.bytes_up,
             "bytes_down": outcome.bytes_down,
             "epsilon_max": outcome.epsilon_max,
@@ -285,6 +288,7 @@ def summarize(rows: Sequence[Row], *, algorithm: str, scenario: str) -> Row:
         "purity_final": last["purity"] if last else None,
         "rounds_to_purity90": reached[0] if reached else None,
         "n_clusters_final": last["n_clusters"] if last else None,
+        "global_acc_final": last.get("global_acc") if last else None,
         "epsilon_max": max(spent) if spent else None,
         "planned_updates": sum(r.get("planned_updates", 0) for r in rows),
         "late_updates": sum(r["late_updates"] for r in rows),

@@ -53,7 +53,7 @@ class Dataset:
         return int(self.y.shape[0])
 
 
-def _digits(root: str | None) -> Dataset:
+def _digits(root: str | None, train: bool = True) -> Dataset:
     from sklearn.datasets import load_digits
 
     bunch = load_digits()
@@ -62,12 +62,13 @@ def _digits(root: str | None) -> Dataset:
     return Dataset("digits", x, y, n_classes=10)
 
 
-def _fashion_mnist(root: str | None) -> Dataset:
+def _fashion_mnist(root: str | None, train: bool = True) -> Dataset:
     from torchvision.datasets.mnist import read_image_file, read_label_file
 
     folder = Path(root or FASHION_MNIST_DIR)
-    images = _idx_file(folder, "train-images-idx3-ubyte")
-    labels = _idx_file(folder, "train-labels-idx1-ubyte")
+    prefix = "train" if train else "t10k"
+    images = _idx_file(folder, f"{prefix}-images-idx3-ubyte")
+    labels = _idx_file(folder, f"{prefix}-labels-idx1-ubyte")
     # torchvision reads IDX files but not gzipped ones: unpack them aside.
     with tempfile.TemporaryDirectory() as scratch:
         x = read_image_file(str(_plain(images, Path(scratch))))
@@ -94,8 +95,8 @@ def _plain(path: Path, scratch: Path) -> Path:
     return target
 
 
-def _torchvision(name: str) -> Callable[[str | None], Dataset]:
-    def load(root: str | None) -> Dataset:
+def _torchvision(name: str) -> Callable[[str | None, bool], Dataset]:
+    def load(root: str | None, train: bool = True) -> Dataset:
         from torchvision import datasets
 
         if root is None:
@@ -105,13 +106,13 @@ def _torchvision(name: str) -> Callable[[str | None], Dataset]:
             )
         try:
             if name == "mnist":
-                raw = datasets.MNIST(root, train=True, download=False)
+                raw = datasets.MNIST(root, train=train, download=False)
             elif name == "emnist":
                 raw = datasets.EMNIST(
-                    root, split="balanced", train=True, download=False
+                    root, split="balanced", train=train, download=False
                 )
             else:
-                raw = datasets.CIFAR10(root, train=True, download=False)
+                raw = datasets.CIFAR10(root, train=train, download=False)
         except RuntimeError as exc:  # torchvision's "Dataset not found"
             raise ConfigError(f"dataset {name}: {exc} (looked in {root})") from exc
         data = torch.as_tensor(np.asarray(raw.data))
@@ -125,7 +126,7 @@ def _torchvision(name: str) -> Callable[[str | None], Dataset]:
     return load
 
 
-DATASETS: dict[str, Callable[[str | None], Dataset]] = {
+DATASETS: dict[str, Callable[[str | None, bool], Dataset]] = {
     "digits": _digits,
     "fashion_mnist": _fashion_mnist,
     "mnist": _torchvision("mnist"),
@@ -143,6 +144,19 @@ def load_dataset(name: str, root: str | None = None) -> Dataset:
             f"unknown dataset {name!r}; known: {', '.join(sorted(DATASETS))}"
         )
     return loader(root)
+
+
+# Datasets that come with a test split of their own (the 8×8 digits do not).
+WITH_TEST_SPLIT = frozenset({"fashion_mnist", "mnist", "emnist", "cifar10"})
+
+
+@lru_cache(maxsize=2)
+def load_test_split(name: str, root: str | None = None) -> Dataset | None:
+    """The dataset's own test split, or None if it has none (`digits`)."""
+    if name not in WITH_TEST_SPLIT:
+        load_dataset(name, root)  # an unknown name is refused as for training
+        return None
+    return DATASETS[name](root, False)
 
 
 def available(name: str) -> bool:
