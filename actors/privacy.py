@@ -2,10 +2,13 @@
 
 A client's `PrivateTraining` holds its budget, the noise multiplier planned
 to spend it, and Opacus' `PrivacyEngine` with its accountant; the trainer runs
-DP-SGD through that engine. The helpers plan the noise (Opacus'
-`get_noise_multiplier`), read the books (Opacus' accountants) and check a
-model (Opacus' `ModuleValidator`). Nothing here clips, noises or accounts by
-hand.
+DP-SGD through that engine. The budget covers the whole run (horizon "run":
+every round the client takes part in spends from one ε) or each round alone
+(horizon "round": one round's local training spends at most ε; the books
+still count every step, so the ε reported is the total spent). The helpers
+plan the noise (Opacus' `get_noise_multiplier`), read the books (Opacus'
+accountants) and check a model (Opacus' `ModuleValidator`). Nothing here
+clips, noises or accounts by hand.
 
 Opacus is imported where it is used: it adds more than a second to start-up,
 which runs without DP should not pay.
@@ -18,7 +21,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache, lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from torch import nn
 
@@ -29,6 +32,10 @@ if TYPE_CHECKING:
     from opacus import PrivacyEngine
 
 ACCOUNTANTS = ("rdp", "prv", "gdp")
+
+Horizon = Literal["run", "round"]
+"""What one budget ε covers: the whole run, or one round's local training."""
+HORIZONS: tuple[Horizon, ...] = ("run", "round")
 
 # What Opacus warns about that clusterfed does on purpose, by how the
 # warning starts.
@@ -84,6 +91,8 @@ class PrivateTraining:
         noise_multiplier: σ, noise std over the clipping bound (see
             `plan_noise_multiplier`).
         accountant: "rdp", "prv" or "gdp", Opacus' accounting mechanisms.
+        horizon: "run" (all its rounds spend at most ε together) or "round"
+            (each round's training spends at most ε on its own).
     """
 
     def __init__(
@@ -94,12 +103,16 @@ class PrivateTraining:
         max_grad_norm: float,
         noise_multiplier: float,
         accountant: str = "rdp",
+        horizon: Horizon = "run",
     ) -> None:
         if accountant not in ACCOUNTANTS:
             raise ValueError(
                 f"accountant must be one of {', '.join(ACCOUNTANTS)},"
                 f" got {accountant!r}"
             )
+        if horizon not in HORIZONS:
+            raise ValueError(f"horizon must be 'run' or 'round', got {horizon!r}")
+        self.horizon: Horizon = horizon
         self.epsilon = epsilon
         self.delta = delta
         self.max_grad_norm = max_grad_norm
@@ -114,24 +127,54 @@ class PrivateTraining:
         return str(self.engine.accountant.mechanism())
 
     def spent(self) -> float:
-        """The ε spent so far at the budget's δ (0 before the first step)."""
+        """The ε spent so far, every round together, at the budget's δ (0
+        before the first step); with horizon "round" it may exceed ε."""
         history = self.engine.accountant.history
         if not history:
             return 0.0
         return epsilon_of(self.accountant, tuple(history), self.delta)
 
     def check(self, sample_rate: float, steps: int) -> float:
-        """The ε after `steps` more steps at `sample_rate`; refuse past the budget.
+        """The ε spent in all after `steps` more steps at `sample_rate`;
+        refuse past the budget.
 
-        The client refuses a round that WOULD take it past ε, so it never
-        exceeds its budget (the round is not trained). The future history is
-        built by Opacus' own accountant, stepped on a copy.
+        The client refuses a round that WOULD take it past ε (horizon "run":
+        its total; "round": this round's steps alone), so it never exceeds its
+        budget (the round is not trained). The future history is built by
+        Opacus' own accountant, stepped on a copy.
         """
+        after = epsilon_of(
+            self.accountant, self._future(sample_rate, steps, past=True), self.delta
+        )
+        if self.horizon == "run" and after > self.epsilon:
+            raise PrivacyBudgetError(
+                f"privacy budget spent: ε = {self.spent():.2f} of {self.epsilon:g}"
+                f" (δ = {self.delta:g}); this round would take it to {after:.2f}"
+            )
+        if self.horizon == "round":
+            alone = epsilon_of(
+                self.accountant,
+                self._future(sample_rate, steps, past=False),
+                self.delta,
+            )
+            if alone > self.epsilon:
+                raise PrivacyBudgetError(
+                    f"privacy budget per round: this round would spend ε ="
+                    f" {alone:.2f} of {self.epsilon:g} (δ = {self.delta:g})"
+                )
+        return after
+
+    def _future(
+        self, sample_rate: float, steps: int, *, past: bool
+    ) -> tuple[tuple[float, float, int], ...]:
+        """The accountant's history after `steps` more steps, from the books
+        (`past`) or from none (one round alone)."""
         from opacus.accountants import create_accountant
 
         with quiet_opacus():
             future = create_accountant(self.accountant)
-        future.load_state_dict(self.engine.accountant.state_dict())
+        if past:
+            future.load_state_dict(self.engine.accountant.state_dict())
         try:
             for _ in range(steps):
                 future.step(
@@ -141,13 +184,7 @@ class PrivateTraining:
             raise PrivacyBudgetError(
                 f"privacy budget cannot be accounted: {exc}"
             ) from exc
-        after = epsilon_of(self.accountant, tuple(future.history), self.delta)
-        if after > self.epsilon:
-            raise PrivacyBudgetError(
-                f"privacy budget spent: ε = {self.spent():.2f} of {self.epsilon:g}"
-                f" (δ = {self.delta:g}); this round would take it to {after:.2f}"
-            )
-        return after
+        return tuple(future.history)
 
 
 def poisson_steps(n_train: int, batch_size: int) -> tuple[float, int]:

@@ -7,6 +7,7 @@ worker; the worker loads the dataset once and slices its client's samples.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import torch
@@ -19,7 +20,7 @@ from clusterfed.data import load_dataset
 from clusterfed.models import build_model
 
 from .clock import DeviceProfile
-from .privacy import PrivateTraining, private_model
+from .privacy import Horizon, PrivateTraining, private_model
 from .trainer import LocalTrainer
 
 Accountant = Literal["rdp", "prv", "gdp"]
@@ -28,9 +29,11 @@ Accountant = Literal["rdp", "prv", "gdp"]
 class PrivacyPlan(BaseModel):
     """A client's local DP: its budget and the noise planned to spend it.
 
-    `noise_multiplier` is Opacus' σ for `steps` DP-SGD steps at
-    `sample_rate`: the client's planned rounds × local epochs × steps per
-    epoch. A client that would go past ε refuses to train.
+    `noise_multiplier` is Opacus' σ that spends at most ε over `steps` DP-SGD
+    steps at `sample_rate`: `rounds` × local epochs × steps per epoch, where
+    `rounds` is every round the client plans to take part in (horizon "run")
+    or 1 (horizon "round": the budget applies to each round alone). A client
+    that would go past ε refuses to train.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -40,14 +43,46 @@ class PrivacyPlan(BaseModel):
     max_grad_norm: float = Field(gt=0, allow_inf_nan=False)
     accountant: Accountant = "rdp"
     noise_multiplier: float = Field(ge=0, allow_inf_nan=False)
-    rounds: int = Field(ge=1, description="the rounds it planned for")
+    horizon: Horizon = Field("run", description="what ε covers: the run or a round")
+    rounds: int = Field(ge=1, description="the rounds one ε is planned over")
     sample_rate: float = Field(gt=0, le=1)
-    steps: int = Field(ge=1, description="the DP-SGD steps it planned for")
+    steps: int = Field(ge=1, description="the DP-SGD steps one ε is planned over")
     run_id: str = Field(
         min_length=1,
         description="the run these books belong to: an accountant never"
         " carries over from one run to another",
     )
+
+
+def privacy_summary(
+    plans: Mapping[int, PrivacyPlan], spent: Mapping[int, float]
+) -> dict[str, Any] | None:
+    """Each client's local DP as planned and as spent, for summary.json: its
+    σ, sampling rate, the steps and rounds one ε was planned over, its steps
+    per round and the total ε it last reported (None if it never trained);
+    None without DP. `plans` and `spent` are keyed by client id."""
+    if not plans:
+        return None
+    first = next(iter(plans.values()))
+    sigmas = [p.noise_multiplier for p in plans.values()]
+    return {
+        "epsilon": first.epsilon,
+        "delta": first.delta,
+        "accountant": first.accountant,
+        "horizon": first.horizon,
+        "noise_multiplier": {"min": min(sigmas), "max": max(sigmas)},
+        "clients": {
+            str(cid): {
+                "noise_multiplier": plan.noise_multiplier,
+                "sample_rate": plan.sample_rate,
+                "planned_rounds": plan.rounds,
+                "planned_steps": plan.steps,
+                "steps_per_round": plan.steps // plan.rounds,
+                "epsilon_spent": spent.get(cid),
+            }
+            for cid, plan in sorted(plans.items())
+        },
+    }
 
 
 class ClientSpec(BaseModel):
@@ -119,6 +154,7 @@ def build_trainer(
             max_grad_norm=spec.privacy.max_grad_norm,
             noise_multiplier=spec.privacy.noise_multiplier,
             accountant=spec.privacy.accountant,
+            horizon=spec.privacy.horizon,
         )
     y = data.y
     if spec.label_permutation is not None:

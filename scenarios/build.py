@@ -5,10 +5,11 @@ from the scenario seed, each from its own stream. Data for clients that join
 later is set aside now, so their partition is as planned as everyone else's.
 
 With local DP each client gets a `PrivacyPlan`: Opacus' noise multiplier for
-the DP-SGD steps of every round from the one it joins to the last, at its own
-sampling rate. Planning over every remaining round is conservative for
-clients that are not sampled every round: they end the run below their budget
-rather than run out of it before the end.
+the DP-SGD steps of every round from the one it joins to the last (horizon
+"run"), or of one round (horizon "round"), at its own sampling rate. Planning
+over every remaining round is conservative for clients that are not sampled
+every round: they end the run below their budget rather than run out of it
+before the end.
 """
 
 from __future__ import annotations
@@ -131,9 +132,9 @@ class RunPlan:
     ) -> PrivacyPlan | None:
         """Local DP of a client with `n_train` samples from `first_round` on.
 
-        Its noise multiplier spends the budget over every round left: rounds
-        × local epochs × its Poisson steps per epoch (sampling rate about
-        batch_size / n_train).
+        Its noise multiplier spends the budget over every round left (horizon
+        "run") or over one round ("round"): rounds × local epochs × its
+        Poisson steps per epoch (sampling rate about batch_size / n_train).
 
         Raises:
             ScenarioError: no noise multiplier meets the budget.
@@ -142,7 +143,8 @@ class RunPlan:
         if dp is None:
             return None
         config = self.train_config
-        rounds = max(1, self.scenario.rounds - first_round)
+        left = max(1, self.scenario.rounds - first_round)
+        rounds = left if dp.horizon == "run" else 1
         rate, per_epoch = poisson_steps(n_train, config.batch_size)
         steps = rounds * config.epochs * per_epoch
         try:
@@ -165,6 +167,7 @@ class RunPlan:
             max_grad_norm=dp.max_grad_norm,
             accountant=dp.accountant,
             noise_multiplier=sigma,
+            horizon=dp.horizon,
             rounds=rounds,
             sample_rate=rate,
             steps=steps,

@@ -115,7 +115,8 @@ def test_set_dp_epsilon_turns_dp_on_and_dp_off_turns_it_off() -> None:
 def test_dp_off_writes_null_epsilons(tmp_path: Path) -> None:
     scenario = with_overrides(small_scenario(rounds=1, dp=DP), ["dp=off"])
     assert all(spec.privacy is None for spec in plan_run(scenario).clients)
-    clusterfed.run(scenario, out=tmp_path, workers=1)
+    result = clusterfed.run(scenario, out=tmp_path, workers=1)
+    assert "privacy" not in result.summary
     (row,) = read_rounds(tmp_path)
     assert row["epsilon_max"] is None
     assert all(c["epsilon"] is None for c in row["clients"])
@@ -172,6 +173,34 @@ def test_a_client_that_joins_late_plans_over_the_rounds_left() -> None:
     sigma, rate = joiner.privacy.noise_multiplier, joiner.privacy.sample_rate
     spent = _opacus_epsilon([(sigma, rate, 2 * per_epoch)], 1e-5)
     assert 10 - TOLERANCE <= spent <= 10  # its budget spread over 2 rounds, not 5
+
+
+@pytest.mark.parametrize(("horizon", "rounds"), [("run", 4), ("round", 1)])
+def test_the_plan_counts_local_epochs_over_its_horizon(
+    horizon: str, rounds: int
+) -> None:
+    # 3 local epochs: σ spends ε over the 4 rounds' steps (horizon "run") or
+    # over one round's steps (horizon "round"), 3 epochs of steps each.
+    dp = DPSpec(epsilon=10, horizon=horizon)  # type: ignore[arg-type]
+    scenario = small_scenario(
+        rounds=4, dp=dp, train=TrainConfig(batch_size=16, epochs=3)
+    )
+    for spec in plan_run(scenario).clients:
+        privacy = spec.privacy
+        assert privacy is not None and privacy.horizon == horizon
+        rate, per_epoch = _opacus_loader(len(spec.train), 16)
+        assert privacy.rounds == rounds and privacy.steps == rounds * 3 * per_epoch
+        spent = _opacus_epsilon([(privacy.noise_multiplier, rate, privacy.steps)], 1e-5)
+        assert 10 - TOLERANCE <= spent <= 10
+
+
+def test_a_per_round_budget_needs_less_noise_than_a_run_budget() -> None:
+    def sigmas(horizon: str) -> list[float]:
+        dp = DPSpec(epsilon=10, horizon=horizon)  # type: ignore[arg-type]
+        plan = plan_run(small_scenario(rounds=4, dp=dp))
+        return [s.privacy.noise_multiplier for s in plan.clients]  # type: ignore[union-attr]
+
+    assert all(r < w for r, w in zip(sigmas("round"), sigmas("run"), strict=True))
 
 
 def test_an_unreachable_budget_is_refused_before_the_run() -> None:
@@ -396,6 +425,32 @@ def test_a_run_planned_for_epsilon_10_spends_10(tmp_path: Path) -> None:
     maxima = [r["epsilon_max"] for r in rows]
     assert maxima == sorted(maxima) and 0 < maxima[0] < maxima[1] < maxima[2]
     assert result.summary["failed_updates"] == 0
+    # The summary shows each client's σ and steps as planned, and ε as spent.
+    books = result.summary["privacy"]
+    assert books["horizon"] == "run" and books["epsilon"] == 10
+    plans = {s.id: s.privacy for s in plan_run(small_scenario(rounds=3, dp=DP)).clients}
+    for row in rows[-1]["clients"]:
+        entry, plan = books["clients"][str(row["id"])], plans[row["id"]]
+        assert plan is not None
+        assert entry["noise_multiplier"] == plan.noise_multiplier
+        assert entry["planned_steps"] == plan.steps == 3 * entry["steps_per_round"]
+        assert entry["planned_rounds"] == 3
+        assert entry["epsilon_spent"] == row["epsilon"]
+
+
+def test_a_per_round_budget_lets_the_total_pass_epsilon(tmp_path: Path) -> None:
+    # dp.horizon=round: each round may spend ε = 10, so three rounds spend
+    # more than 10 in all, and the books say so; nobody refuses a round.
+    scenario = with_overrides(small_scenario(rounds=3, dp=DP), ["dp.horizon=round"])
+    result = clusterfed.run(scenario, out=tmp_path, workers=1)
+    assert result.summary["failed_updates"] == 0
+    assert result.summary["epsilon_max"] > 10 + TOLERANCE
+    books = result.summary["privacy"]
+    assert books["horizon"] == "round"
+    assert all(
+        c["planned_rounds"] == 1 and c["epsilon_spent"] > 10 + TOLERANCE
+        for c in books["clients"].values()
+    )
 
 
 def test_a_private_run_is_reproducible_with_its_seed(tmp_path: Path) -> None:
@@ -530,6 +585,63 @@ def test_the_budget_check_counts_every_epoch_of_the_task() -> None:
         refusing.train(_weights(), TrainConfig(batch_size=8, epochs=2), 0)
     assert refusing.privacy is not None
     assert refusing.privacy.engine.accountant.history == []  # nothing trained
+
+
+def test_a_per_round_budget_trains_every_round_and_reports_the_total() -> None:
+    # σ = 1.0 over 4 steps an epoch at rate 1/4: one round spends ε1 (Opacus'
+    # RDP accountant). With a budget just above ε1, per round the client
+    # trains three rounds and reports the total ε of 12 steps, beyond the
+    # budget; per run it refuses the second round.
+    one = _opacus_epsilon([(1.0, 0.25, 4)], 1e-5)
+    config = TrainConfig(batch_size=8, epochs=1)
+
+    def trainer(horizon: str) -> LocalTrainer:
+        privacy = PrivateTraining(
+            epsilon=1.01 * one,
+            delta=1e-5,
+            max_grad_norm=1.0,
+            noise_multiplier=1.0,
+            horizon=horizon,  # type: ignore[arg-type]
+        )
+        return _tiny_trainer(30, privacy)
+
+    per_round = trainer("round")
+    results = [per_round.train(_weights(), config, r) for r in range(3)]
+    assert per_round.privacy is not None
+    assert per_round.privacy.engine.accountant.history == [(1.0, 0.25, 12)]
+    total = _opacus_epsilon([(1.0, 0.25, 12)], 1e-5)
+    assert results[-1].epsilon == pytest.approx(total)
+    assert total > 1.5 * one  # honest books: more than one round's budget
+    per_run = trainer("run")
+    per_run.train(_weights(), config, 0)
+    with pytest.raises(PrivacyBudgetError, match="privacy budget spent"):
+        per_run.train(_weights(), config, 1)
+
+
+def test_a_round_larger_than_a_per_round_budget_is_refused() -> None:
+    one = _opacus_epsilon([(1.0, 0.25, 4)], 1e-5)
+    privacy = PrivateTraining(
+        epsilon=1.01 * one,
+        delta=1e-5,
+        max_grad_norm=1.0,
+        noise_multiplier=1.0,
+        horizon="round",
+    )
+    trainer = _tiny_trainer(30, privacy)
+    with pytest.raises(PrivacyBudgetError, match="privacy budget per round: this"):
+        trainer.train(_weights(), TrainConfig(batch_size=8, epochs=2), 0)
+    assert privacy.engine.accountant.history == []
+
+
+def test_an_unknown_horizon_is_refused_naming_it() -> None:
+    with pytest.raises(ValueError, match="horizon must be 'run' or 'round', got 'x'"):
+        PrivateTraining(
+            epsilon=10,
+            delta=1e-5,
+            max_grad_norm=1.0,
+            noise_multiplier=1.0,
+            horizon="x",  # type: ignore[arg-type]
+        )
 
 
 def test_an_unknown_accountant_is_refused_naming_it() -> None:
