@@ -1,261 +1,85 @@
-"""Every registered strategy keeps the shared state shape and contract."""
+"""Every registered strategy, and one of a user's own, passes the strategy
+conformance suite that ships in the package (clusterfed.conformance)."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pytest
 
-from clusterfed.algorithms import (
-    ClientInfo,
-    ClientUpdate,
-    PeerScore,
-    ServerState,
-    Strategy,
-    TaskPlan,
-    algorithms,
-    make,
-)
-from clusterfed.types import ClientId
-
-DIM = 12
-N_CLASSES = 10
-
-
-def _initial_models(strategy: Strategy[Any]) -> list[np.ndarray]:
-    """`initial_models` independent float32 vectors, the first the run's."""
-    initial = np.random.default_rng(1).standard_normal(DIM).astype(np.float32)
-    more = np.random.default_rng(2).standard_normal((strategy.initial_models - 1, DIM))
-    return [initial, *more.astype(np.float32)]
-
-
-def _joined(
-    name: str, seed: int = 0
-) -> tuple[Strategy[Any], ServerState, list[ClientInfo], np.random.Generator]:
-    """A strategy, its state with six clients joined, and the run's stream."""
-    strategy = make(name)
-    state = strategy.init_state(_initial_models(strategy))
-    clients = [ClientInfo(ClientId(i), n_train=20 + i) for i in range(6)]
-    for client in clients:
-        state = strategy.on_join(state, client)
-    return strategy, state, clients, np.random.default_rng(seed)
-
-
-def _updates(plans: Sequence[TaskPlan], ok: bool = True) -> list[ClientUpdate]:
-    rng = np.random.default_rng(7)
-    updates = []
-    for plan in plans:
-        cluster, base = next(iter(plan.models.items()))
-        if ok:
-            delta = (rng.standard_normal(DIM) * 0.1).astype(np.float32)
-            updates.append(
-                ClientUpdate(plan.client, cluster, "ok", base, delta, 20, 1.0)
-            )
-        else:
-            updates.append(ClientUpdate(plan.client, cluster, "failed", reason="down"))
-    return updates
-
-
-def _histograms(clients: Sequence[ClientInfo]) -> dict[ClientId, np.ndarray]:
-    """Class histograms of three kinds of client, none empty."""
-    kinds = [
-        np.full(N_CLASSES, 5),
-        np.array([20, 20, 1, 0, 0, 0, 0, 0, 0, 0]),
-        np.array([0, 0, 0, 0, 0, 0, 0, 15, 15, 12]),
-    ]
-    return {c.id: kinds[i % 3].astype(np.int64) for i, c in enumerate(clients)}
-
-
-def _frozen_copy(value: Any) -> Any:
-    """A deep, comparable picture of `value`: dataclasses by field, mappings
-    by item, arrays by dtype, shape and bytes, so any in-place change shows."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return (
-            type(value).__name__,
-            tuple(
-                (f.name, _frozen_copy(getattr(value, f.name)))
-                for f in dataclasses.fields(value)
-            ),
-        )
-    if isinstance(value, np.ndarray):
-        return ("array", value.dtype.str, value.shape, value.tobytes())
-    if isinstance(value, Mapping):
-        return ("map", tuple((k, _frozen_copy(v)) for k, v in value.items()))
-    if isinstance(value, set | frozenset):
-        return ("set", tuple(sorted(value)))
-    if isinstance(value, list | tuple):
-        return ("seq", tuple(_frozen_copy(v) for v in value))
-    return copy.deepcopy(value)
+from clusterfed.algorithms import ClientUpdate, ServerState, Strategy, algorithms
+from clusterfed.algorithms.fedavg import FedAvg
+from clusterfed.conformance import CHECKS, Check, check_strategy
 
 
 # Every built-in algorithm, and one of a user's own, as a plug-in is named.
-@pytest.fixture(params=[*sorted(algorithms()), "tests_plugin:FedMedian"])
-def name(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+@pytest.mark.parametrize("name", [*sorted(algorithms()), "tests_plugin:FedMedian"])
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
+def test_the_strategy_conforms(check: Check, name: str) -> None:
+    check(name)
 
 
-def test_the_state_type_is_a_frozen_dataclass_of_server_state(name: str) -> None:
-    strategy, state, _, _ = _joined(name)
-    state_type = strategy.state_type
-    assert issubclass(state_type, ServerState)
-    assert dataclasses.is_dataclass(state_type)
-    assert type(state) is state_type
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        state.models = {}  # type: ignore[misc]
-    # The random stream is passed to the hooks, never kept in the state.
-    for f in dataclasses.fields(state):
-        assert not isinstance(getattr(state, f.name), np.random.Generator), f.name
+# Strategies that each break one rule: the suite must catch every one.
+class MutatesItsInput(FedAvg):
+    name = "conformance_mutates"
+
+    def aggregate(
+        self,
+        state: ServerState,
+        round: int,
+        updates: Sequence[ClientUpdate],
+        rng: np.random.Generator,
+    ) -> ServerState:
+        for update in updates:
+            if update.delta is not None:
+                update.delta[:] *= 2  # in place: the server's copy changes
+        return super().aggregate(state, round, updates, rng)
 
 
-def test_init_state_starts_from_the_given_models(name: str) -> None:
-    strategy = make(name)
-    models = _initial_models(strategy)
-    state = strategy.init_state(models)
-    assert type(state) is strategy.state_type
-    assert state.models[min(state.models)] is models[0]
-    assert all(any(m is given for given in models) for m in state.models.values())
-    assert not state.assignment
-    with pytest.raises(ValueError, match="initial models"):
-        strategy.init_state([*models, models[0]])
+class IgnoresItsUpdates(FedAvg):
+    name = "conformance_ignores"
+
+    def aggregate(
+        self,
+        state: ServerState,
+        round: int,
+        updates: Sequence[ClientUpdate],
+        rng: np.random.Generator,
+    ) -> ServerState:
+        return state
 
 
-def test_state_shape_after_joins(name: str) -> None:
-    _, state, clients, _ = _joined(name)
-    assert {c.id for c in clients} == set(state.assignment)
-    for cluster in state.assignment.values():
-        assert cluster in state.models
-    for model in state.models.values():
-        assert model.dtype == np.float32 and model.shape == (DIM,)
+class KeepsNoLeavers(FedAvg):
+    name = "conformance_keeps_leavers"
+
+    def on_leave(self, state: ServerState, client: Any) -> ServerState:
+        return state
 
 
-def test_a_round_keeps_the_shape_and_does_not_mutate_inputs(name: str) -> None:
-    strategy, state, clients, rng = _joined(name)
-    plans = strategy.plan_round(state, 0, clients, rng)
-    assert plans, "a strategy must give work to someone"
-    updates = _updates(plans)
-    models_before = copy.deepcopy(dict(state.models))
-    deltas_before = [u.delta.copy() for u in updates if u.delta is not None]
-    new = strategy.aggregate(state, 0, updates, rng)
-    for cluster, model in models_before.items():
-        np.testing.assert_array_equal(state.models[cluster], model)
-    for update, delta in zip(updates, deltas_before, strict=True):
-        np.testing.assert_array_equal(update.delta, delta)
-    for model in new.models.values():
-        assert model.dtype == np.float32 and model.shape == (DIM,)
-    assert all(c in new.models for c in new.assignment.values())
+@dataclasses.dataclass(frozen=True)
+class _WithGenerator(ServerState):
+    rng: np.random.Generator = dataclasses.field(default_factory=np.random.default_rng)
 
 
-def test_no_hook_mutates_its_inputs(name: str) -> None:
-    """Each hook, in the server's order, leaves its arguments as they were."""
-    strategy, state, clients, rng = _joined(name)
-
-    def unchanged(*args: Any) -> Any:
-        return _frozen_copy(args)
-
-    if strategy.wants:
-        histograms = _histograms(clients)
-        before = unchanged(state, histograms)
-        described = strategy.on_describe(state, 0, histograms, rng)
-        assert unchanged(state, histograms) == before
-        assert type(described) is strategy.state_type
-        state = described
-    before = unchanged(state, clients)
-    plans = strategy.plan_round(state, 0, clients, rng)
-    assert unchanged(state, clients) == before
-    updates = _updates(plans)
-    before = unchanged(state, updates)
-    probes = strategy.plan_probes(state, 0, updates, rng)
-    assert unchanged(state, updates) == before
-    scored = [
-        dataclasses.replace(
-            u,
-            peer_scores={
-                p.client: PeerScore(0.5, 1.0, 10)
-                for p in probes
-                if u.client in p.models
-            },
-        )
-        for u in updates
-    ]
-    before = unchanged(state, scored)
-    new = strategy.aggregate(state, 0, scored, rng)
-    assert unchanged(state, scored) == before
-    assert type(new) is strategy.state_type
-
-    before = unchanged(new)
-    strategy.diagnostics(new)
-    for client in clients:
-        strategy.model_for(new, client.id)
-        strategy.plan_for(new, client.id)
-    assert unchanged(new) == before
-    late = ClientInfo(ClientId(99), n_train=20, joined_round=1)
-    joined = strategy.on_join(new, late)
-    assert unchanged(new) == before
-    strategy.on_leave(joined, ClientId(2))
-    strategy.on_leave(new, ClientId(2))
-    assert unchanged(new) == before
+class KeepsAGenerator(FedAvg):
+    name = "conformance_keeps_a_generator"
+    state_type = _WithGenerator  # type: ignore[assignment]
 
 
-@pytest.mark.parametrize("ok", [True, False], ids=["empty", "all-failed"])
-def test_empty_or_all_failed_rounds_are_handled(name: str, ok: bool) -> None:
-    strategy, state, clients, rng = _joined(name)
-    updates = (
-        [] if ok else _updates(strategy.plan_round(state, 0, clients, rng), ok=False)
-    )
-    new = strategy.aggregate(state, 0, updates, rng)
-    for cluster, model in state.models.items():
-        np.testing.assert_array_equal(new.models[cluster], model)
-
-
-def test_same_seed_same_result(name: str) -> None:
-    results = []
-    for _ in range(2):
-        strategy, state, clients, rng = _joined(name, seed=3)
-        for round in range(3):
-            plans = strategy.plan_round(state, round, clients, rng)
-            state = strategy.aggregate(state, round, _updates(plans), rng)
-        results.append(state)
-    assert results[0].assignment == results[1].assignment
-    for cluster in results[0].models:
-        np.testing.assert_array_equal(
-            results[0].models[cluster], results[1].models[cluster]
-        )
-
-
-def test_leaving_clients_leave_the_assignment(name: str) -> None:
-    strategy, state, _, _ = _joined(name)
-    state = strategy.on_leave(state, ClientId(2))
-    assert ClientId(2) not in state.assignment
-
-
-def test_accepted_updates_move_the_models(name: str) -> None:
-    # A strategy that ignored its updates would keep every model as it was.
-    # Two rounds: a clustering strategy may spend its first one deciding.
-    strategy, state, clients, rng = _joined(name)
-    if strategy.wants:
-        state = strategy.on_describe(state, 0, _histograms(clients), rng)
-    before = {k: v.copy() for k, v in state.models.items()}
-    for round in range(2):
-        plans = strategy.plan_round(state, round, clients, rng)
-        state = strategy.aggregate(state, round, _updates(plans), rng)
-    moved = [
-        k
-        for k, model in state.models.items()
-        if k not in before or not np.array_equal(model, before[k])
-    ]
-    assert moved, f"{name}: two rounds of accepted updates changed no model"
-    # ... and by the updates: with every delta zero, no model moves at all.
-    strategy, state, clients, rng = _joined(name)
-    if strategy.wants:
-        state = strategy.on_describe(state, 0, _histograms(clients), rng)
-    plans = strategy.plan_round(state, 0, clients, rng)
-    still = [replace(u, delta=np.zeros(DIM, np.float32)) for u in _updates(plans)]
-    new = strategy.aggregate(state, 0, still, rng)
-    for k, model in new.models.items():
-        if k in state.models:
-            np.testing.assert_allclose(model, state.models[k], atol=1e-6)
+@pytest.mark.parametrize(
+    ("strategy", "broken"),
+    [
+        (MutatesItsInput, "a_round_keeps_the_shape_and_does_not_mutate_inputs"),
+        (IgnoresItsUpdates, "accepted_updates_move_the_models"),
+        (KeepsNoLeavers, "leaving_clients_leave_the_assignment"),
+        (KeepsAGenerator, "the_state_type_is_a_frozen_dataclass_of_server_state"),
+    ],
+)
+def test_the_suite_catches_a_broken_strategy(
+    strategy: type[Strategy[Any]], broken: str
+) -> None:
+    with pytest.raises(AssertionError, match=f"{strategy.name}: {broken}: "):
+        check_strategy(strategy.name)

@@ -1,0 +1,312 @@
+"""The strategy conformance suite: the contract every `Strategy` keeps.
+
+Every algorithm of clusterfed passes it, and so should one of your own:
+
+    import pytest
+    from clusterfed.conformance import CHECKS
+
+    @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
+    def test_fedmedian_conforms(check):
+        check("mystrategies:FedMedian")
+
+Each check takes an algorithm name as `--algorithm` takes it (a registered
+name or `package.module:Class`) and raises `AssertionError` saying what broke:
+the state is a frozen dataclass of `ServerState` built from the given
+models; the state keeps its shape through joins and rounds; no hook mutates
+its inputs; empty and all-failed rounds change nothing; the same seed gives
+the same result; a leaving client leaves the assignment; accepted updates
+move the models, and zero updates do not.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from clusterfed.algorithms import (
+    ClientInfo,
+    ClientUpdate,
+    PeerScore,
+    ServerState,
+    Strategy,
+    TaskPlan,
+    make,
+)
+from clusterfed.types import ClientId
+
+DIM = 12
+N_CLASSES = 10
+
+
+def _initial_models(strategy: Strategy[Any]) -> list[np.ndarray]:
+    """`initial_models` independent float32 vectors, the first the run's."""
+    initial = np.random.default_rng(1).standard_normal(DIM).astype(np.float32)
+    more = np.random.default_rng(2).standard_normal((strategy.initial_models - 1, DIM))
+    return [initial, *more.astype(np.float32)]
+
+
+def _joined(
+    name: str, seed: int = 0
+) -> tuple[Strategy[Any], ServerState, list[ClientInfo], np.random.Generator]:
+    """A strategy, its state with six clients joined, and the run's stream."""
+    strategy = make(name)
+    state = strategy.init_state(_initial_models(strategy))
+    clients = [ClientInfo(ClientId(i), n_train=20 + i) for i in range(6)]
+    for client in clients:
+        state = strategy.on_join(state, client)
+    return strategy, state, clients, np.random.default_rng(seed)
+
+
+def _updates(plans: Sequence[TaskPlan], ok: bool = True) -> list[ClientUpdate]:
+    rng = np.random.default_rng(7)
+    updates = []
+    for plan in plans:
+        cluster, base = next(iter(plan.models.items()))
+        if ok:
+            delta = (rng.standard_normal(DIM) * 0.1).astype(np.float32)
+            updates.append(
+                ClientUpdate(plan.client, cluster, "ok", base, delta, 20, 1.0)
+            )
+        else:
+            updates.append(ClientUpdate(plan.client, cluster, "failed", reason="down"))
+    return updates
+
+
+def _histograms(clients: Sequence[ClientInfo]) -> dict[ClientId, np.ndarray]:
+    """Class histograms of three kinds of client, none empty."""
+    kinds = [
+        np.full(N_CLASSES, 5),
+        np.array([20, 20, 1, 0, 0, 0, 0, 0, 0, 0]),
+        np.array([0, 0, 0, 0, 0, 0, 0, 15, 15, 12]),
+    ]
+    return {c.id: kinds[i % 3].astype(np.int64) for i, c in enumerate(clients)}
+
+
+def _frozen_copy(value: Any) -> Any:
+    """A deep, comparable picture of `value`: dataclasses by field, mappings
+    by item, arrays by dtype, shape and bytes, so any in-place change shows."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return (
+            type(value).__name__,
+            tuple(
+                (f.name, _frozen_copy(getattr(value, f.name)))
+                for f in dataclasses.fields(value)
+            ),
+        )
+    if isinstance(value, np.ndarray):
+        return ("array", value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, Mapping):
+        return ("map", tuple((k, _frozen_copy(v)) for k, v in value.items()))
+    if isinstance(value, set | frozenset):
+        return ("set", tuple(sorted(value)))
+    if isinstance(value, list | tuple):
+        return ("seq", tuple(_frozen_copy(v) for v in value))
+    return copy.deepcopy(value)
+
+
+@contextmanager
+def _raises(error: type[BaseException], text: str) -> Iterator[None]:
+    """The check fails unless the block raises `error` with `text` in it."""
+    try:
+        yield
+    except error as exc:
+        if text not in str(exc):
+            raise AssertionError(f"expected {text!r} in {exc!r}") from exc
+    else:
+        raise AssertionError(f"expected {error.__name__} ({text!r})")
+
+
+def the_state_type_is_a_frozen_dataclass_of_server_state(name: str) -> None:
+    strategy, state, _, _ = _joined(name)
+    state_type = strategy.state_type
+    assert issubclass(state_type, ServerState)
+    assert dataclasses.is_dataclass(state_type)
+    assert type(state) is state_type
+    with _raises(dataclasses.FrozenInstanceError, ""):
+        state.models = {}  # type: ignore[misc]
+    # The random stream is passed to the hooks, never kept in the state.
+    for f in dataclasses.fields(state):
+        assert not isinstance(getattr(state, f.name), np.random.Generator), f.name
+
+
+def init_state_starts_from_the_given_models(name: str) -> None:
+    strategy = make(name)
+    models = _initial_models(strategy)
+    state = strategy.init_state(models)
+    assert type(state) is strategy.state_type
+    assert state.models[min(state.models)] is models[0]
+    assert all(any(m is given for given in models) for m in state.models.values())
+    assert not state.assignment
+    with _raises(ValueError, "initial models"):
+        strategy.init_state([*models, models[0]])
+
+
+def state_shape_after_joins(name: str) -> None:
+    _, state, clients, _ = _joined(name)
+    assert {c.id for c in clients} == set(state.assignment)
+    for cluster in state.assignment.values():
+        assert cluster in state.models
+    for model in state.models.values():
+        assert model.dtype == np.float32 and model.shape == (DIM,)
+
+
+def a_round_keeps_the_shape_and_does_not_mutate_inputs(name: str) -> None:
+    strategy, state, clients, rng = _joined(name)
+    plans = strategy.plan_round(state, 0, clients, rng)
+    assert plans, "a strategy must give work to someone"
+    updates = _updates(plans)
+    models_before = copy.deepcopy(dict(state.models))
+    deltas_before = [u.delta.copy() for u in updates if u.delta is not None]
+    new = strategy.aggregate(state, 0, updates, rng)
+    for cluster, model in models_before.items():
+        np.testing.assert_array_equal(state.models[cluster], model)
+    for update, delta in zip(updates, deltas_before, strict=True):
+        np.testing.assert_array_equal(update.delta, delta)
+    for model in new.models.values():
+        assert model.dtype == np.float32 and model.shape == (DIM,)
+    assert all(c in new.models for c in new.assignment.values())
+
+
+def no_hook_mutates_its_inputs(name: str) -> None:
+    """Each hook, in the server's order, leaves its arguments as they were."""
+    strategy, state, clients, rng = _joined(name)
+
+    def unchanged(*args: Any) -> Any:
+        return _frozen_copy(args)
+
+    if strategy.wants:
+        histograms = _histograms(clients)
+        before = unchanged(state, histograms)
+        described = strategy.on_describe(state, 0, histograms, rng)
+        assert unchanged(state, histograms) == before
+        assert type(described) is strategy.state_type
+        state = described
+    before = unchanged(state, clients)
+    plans = strategy.plan_round(state, 0, clients, rng)
+    assert unchanged(state, clients) == before
+    updates = _updates(plans)
+    before = unchanged(state, updates)
+    probes = strategy.plan_probes(state, 0, updates, rng)
+    assert unchanged(state, updates) == before
+    scored = [
+        dataclasses.replace(
+            u,
+            peer_scores={
+                p.client: PeerScore(0.5, 1.0, 10)
+                for p in probes
+                if u.client in p.models
+            },
+        )
+        for u in updates
+    ]
+    before = unchanged(state, scored)
+    new = strategy.aggregate(state, 0, scored, rng)
+    assert unchanged(state, scored) == before
+    assert type(new) is strategy.state_type
+
+    before = unchanged(new)
+    strategy.diagnostics(new)
+    for client in clients:
+        strategy.model_for(new, client.id)
+        strategy.plan_for(new, client.id)
+    assert unchanged(new) == before
+    late = ClientInfo(ClientId(99), n_train=20, joined_round=1)
+    joined = strategy.on_join(new, late)
+    assert unchanged(new) == before
+    strategy.on_leave(joined, ClientId(2))
+    strategy.on_leave(new, ClientId(2))
+    assert unchanged(new) == before
+
+
+def empty_or_all_failed_rounds_change_nothing(name: str) -> None:
+    for ok in (True, False):
+        strategy, state, clients, rng = _joined(name)
+        updates = (
+            []
+            if ok
+            else _updates(strategy.plan_round(state, 0, clients, rng), ok=False)
+        )
+        new = strategy.aggregate(state, 0, updates, rng)
+        for cluster, model in state.models.items():
+            np.testing.assert_array_equal(new.models[cluster], model)
+
+
+def same_seed_same_result(name: str) -> None:
+    results = []
+    for _ in range(2):
+        strategy, state, clients, rng = _joined(name, seed=3)
+        for round in range(3):
+            plans = strategy.plan_round(state, round, clients, rng)
+            state = strategy.aggregate(state, round, _updates(plans), rng)
+        results.append(state)
+    assert results[0].assignment == results[1].assignment
+    for cluster in results[0].models:
+        np.testing.assert_array_equal(
+            results[0].models[cluster], results[1].models[cluster]
+        )
+
+
+def leaving_clients_leave_the_assignment(name: str) -> None:
+    strategy, state, _, _ = _joined(name)
+    state = strategy.on_leave(state, ClientId(2))
+    assert ClientId(2) not in state.assignment
+
+
+def accepted_updates_move_the_models(name: str) -> None:
+    # A strategy that ignored its updates would keep every model as it was.
+    # Two rounds: a clustering strategy may spend its first one deciding.
+    strategy, state, clients, rng = _joined(name)
+    if strategy.wants:
+        state = strategy.on_describe(state, 0, _histograms(clients), rng)
+    before = {k: v.copy() for k, v in state.models.items()}
+    for round in range(2):
+        plans = strategy.plan_round(state, round, clients, rng)
+        state = strategy.aggregate(state, round, _updates(plans), rng)
+    moved = [
+        k
+        for k, model in state.models.items()
+        if k not in before or not np.array_equal(model, before[k])
+    ]
+    assert moved, f"{name}: two rounds of accepted updates changed no model"
+    # ... and by the updates: with every delta zero, no model moves at all.
+    strategy, state, clients, rng = _joined(name)
+    if strategy.wants:
+        state = strategy.on_describe(state, 0, _histograms(clients), rng)
+    plans = strategy.plan_round(state, 0, clients, rng)
+    still = [replace(u, delta=np.zeros(DIM, np.float32)) for u in _updates(plans)]
+    new = strategy.aggregate(state, 0, still, rng)
+    for k, model in new.models.items():
+        if k in state.models:
+            np.testing.assert_allclose(model, state.models[k], atol=1e-6)
+
+
+Check = Callable[[str], None]
+
+# Every check, in the order a strategy's life goes.
+CHECKS: tuple[Check, ...] = (
+    the_state_type_is_a_frozen_dataclass_of_server_state,
+    init_state_starts_from_the_given_models,
+    state_shape_after_joins,
+    a_round_keeps_the_shape_and_does_not_mutate_inputs,
+    no_hook_mutates_its_inputs,
+    empty_or_all_failed_rounds_change_nothing,
+    same_seed_same_result,
+    leaving_clients_leave_the_assignment,
+    accepted_updates_move_the_models,
+)
+
+
+def check_strategy(name: str) -> None:
+    """Run every check on algorithm `name`; the first that fails raises
+    `AssertionError`, prefixed with the check's name."""
+    for check in CHECKS:
+        try:
+            check(name)
+        except AssertionError as exc:
+            raise AssertionError(f"{name}: {check.__name__}: {exc}") from exc
