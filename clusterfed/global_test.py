@@ -19,6 +19,7 @@ from clusterfed.actors.privacy import private_model
 from clusterfed.data.datasets import Dataset, load_test_split
 from clusterfed.models import build_model, set_flat
 from clusterfed.scenarios import Scenario
+from clusterfed.types import ClusterId
 
 _BATCH = 4096  # images per forward pass: bounded memory for any test split
 
@@ -45,7 +46,7 @@ class GlobalTest:
         # The clients' weight layout: DP fixes some modules (same layout).
         self.net = private_model(net) if scenario.dp is not None else net
 
-    def accuracy(self, models: Mapping[int, np.ndarray]) -> float | None:
+    def accuracy(self, models: Mapping[ClusterId, np.ndarray]) -> float | None:
         """Accuracy of the one model in `models`; None when there are several
         (clusters) or the dataset has no test split."""
         if self.net is None or self.test is None or len(models) != 1:

@@ -143,7 +143,7 @@ def load_dataset(name: str, root: str | None = None) -> Dataset:
         raise ConfigError(
             f"unknown dataset {name!r}; known: {', '.join(sorted(DATASETS))}"
         )
-    return loader(root)
+    return loader(root, True)
 
 
 # Datasets that come with a test split of their own (the 8×8 digits do not).
