@@ -38,8 +38,9 @@ Where the paper is loose, clusterfed decides:
   the server, which already holds them: a member receives the other members'
   trained models W_i = base + δ_i ("models received from other clients") and
   scores them on its held-out split — the split clusterfed evaluates clients
-  on, which plays the paper's validation split. `include_own=True` also sends
-  each member its own model, as Algorithm 1's line 13 reads.
+  on, which plays the paper's validation split. Each member also receives its
+  own model, as Algorithm 1's line 13 reads and the authors' code does
+  (`include_own=False` sends only the others' models).
 - A_i (Eq. 9) averages the accuracies model i got, weighted by each scoring
   member's held-out size S_j. A model nobody scored (one member alone, probes
   that failed) gets the mean A of the others, or 1 if none was scored; weights
@@ -129,8 +130,9 @@ class CAFA(Strategy[CAFAState]):
             (≥ 1; 2 or more for any sharing).
         k_max: the largest number of CBCC clusters to score (≥ 2); None scores
             up to n − 1, as the paper does.
-        include_own: members also score their own model (Algorithm 1, line 13)
-            instead of only the models received from the others.
+        include_own: members also score their own model (Algorithm 1, line
+            13, and the authors' code; the default); False: only the models
+            received from the others.
     """
 
     name = "cafa"
@@ -142,7 +144,7 @@ class CAFA(Strategy[CAFAState]):
         *,
         selected: int = 6,
         k_max: int | None = None,
-        include_own: bool = False,
+        include_own: bool = True,
     ) -> None:
         if isinstance(selected, bool) or not isinstance(selected, int) or selected < 1:
             raise ValueError(f"selected must be an integer ≥ 1, got {selected!r}")

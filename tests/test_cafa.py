@@ -258,8 +258,21 @@ def test_a_round_samples_k_clients_among_those_cbcc_placed() -> None:
     assert len(unplaced) == 3  # nobody described yet: everyone may train
 
 
-def test_each_member_scores_the_other_members_models() -> None:
+def test_each_member_scores_every_members_model_its_own_too() -> None:
     strategy = CAFA()
+    state = _cafa_state(strategy)
+    updates = _scored_updates(state)
+    updates.append(ClientUpdate(ClientId(9), ClusterId(0), "late"))
+    own = strategy.plan_probes(state, 0, updates, _rng())
+    assert sorted(p.client for p in own) == MEMBERS
+    assert all(sorted(p.models) == MEMBERS for p in own)  # Algorithm 1, line 13
+    # A member alone still scores its own model.
+    (alone,) = strategy.plan_probes(state, 0, updates[:1], _rng())
+    assert list(alone.models) == [updates[0].client]
+
+
+def test_without_its_own_a_member_scores_the_others_models() -> None:
+    strategy = CAFA(include_own=False)
     state = _cafa_state(strategy)
     updates = _scored_updates(state)
     updates.append(ClientUpdate(ClientId(9), ClusterId(0), "late"))
@@ -267,9 +280,7 @@ def test_each_member_scores_the_other_members_models() -> None:
     assert sorted(plans) == MEMBERS
     assert sorted(plans[ClientId(5)].models) == [0, 8]
     assert_allclose(plans[ClientId(5)].models[ClientId(8)], [0, 0, 4.0, 0, 0])
-    own = CAFA(include_own=True).plan_probes(state, 0, updates, _rng())
-    assert all(sorted(p.models) == MEMBERS for p in own)
-    assert CAFA().plan_probes(state, 0, updates[:1], _rng()) == []
+    assert strategy.plan_probes(state, 0, updates[:1], _rng()) == []
 
 
 @pytest.mark.parametrize(
@@ -357,15 +368,15 @@ def test_the_bytes_of_model_sharing_show_up_in_bytes_up_and_down() -> None:
     for with_probes, without in zip(shared, quiet, strict=True):
         members = {
             c.id for c in with_probes.clients if c.trained
-        }  # K = 6 members each scored the 5 others' models
+        }  # K = 6 members each scored the 6 members' models, its own too
         assert len(members) == 6
         extra_down = with_probes.bytes_down - without.bytes_down
         extra_up = with_probes.bytes_up - without.bytes_up
-        assert 6 * 5 * model_bytes < extra_down < 6 * 5 * model_bytes * 1.01
+        assert 6 * 6 * model_bytes < extra_down < 6 * 6 * model_bytes * 1.01
         assert extra_up > 0
         for a, b in zip(with_probes.clients, without.clients, strict=True):
             if a.id in members:
-                assert a.bytes_down > b.bytes_down + 5 * model_bytes
+                assert a.bytes_down > b.bytes_down + 6 * model_bytes
                 assert a.bytes_up > b.bytes_up
             else:
                 assert (a.bytes_down, a.bytes_up) == (b.bytes_down, b.bytes_up)
