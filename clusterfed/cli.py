@@ -59,8 +59,10 @@ def _list(args: argparse.Namespace) -> int:
     from clusterfed import catalogue
 
     print("scenarios:")
-    for name, line in catalogue.scenarios().items():
-        print(f"  {name:<20} {line}")
+    described = catalogue.scenarios()
+    width = max(map(len, described)) + 1
+    for name, line in described.items():
+        print(f"  {name:<{width}} {line}")
     print("algorithms:")
     for name, params in catalogue.algorithms().items():
         shown = ", ".join(f"{k}={v}" for k, v in params.items())

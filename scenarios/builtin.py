@@ -7,7 +7,7 @@ from collections.abc import Callable
 from clusterfed.actors.clock import DeviceProfile
 from clusterfed.protocol import TrainConfig
 
-from . import papers
+from . import papers, papers_fmnist
 from .spec import DatasetSpec, DirichletPartition, Faulty, ModelSpec, Scenario
 
 
@@ -75,4 +75,17 @@ BUILTIN: dict[str, Callable[[], Scenario]] = {
     "gradloss-fig2": papers.gradloss_fig2,
     "cafa-mix": papers.cafa_mix,
     "cafa-mix50": papers.cafa_mix50,
+    # The same papers at their own scale (needs dataset-fashion-mnist).
+    "dcfl-fmnist": papers_fmnist.dcfl_fmnist,
+    "dcfl-fmnist4": papers_fmnist.dcfl_fmnist4,
+    "ocfl-iid-fmnist": papers_fmnist.ocfl_iid_fmnist,
+    "ocfl-noniid-fmnist": papers_fmnist.ocfl_noniid_fmnist,
+    "ocfl-noniid2-fmnist": papers_fmnist.ocfl_noniid2_fmnist,
+    "fedac-iid-fmnist": papers_fmnist.fedac_iid_fmnist,
+    "fedac-2clusters-fmnist": papers_fmnist.fedac_2clusters_fmnist,
+    "fedac-3clusters-fmnist": papers_fmnist.fedac_3clusters_fmnist,
+    "fedac-4clusters-fmnist": papers_fmnist.fedac_4clusters_fmnist,
+    "gradloss-fig2-fmnist": papers_fmnist.gradloss_fig2_fmnist,
+    "cafa-mix-fmnist": papers_fmnist.cafa_mix_fmnist,
+    "cafa-mix50-fmnist": papers_fmnist.cafa_mix50_fmnist,
 }

@@ -51,6 +51,9 @@ def _problem(item: ErrorDetails, root: type[BaseModel]) -> str:
         tag = str(ctx.get("tag"))
         field = str(ctx.get("discriminator", "kind")).strip("'")
         what = f"unknown {field} {tag!r}{did_you_mean(tag, known)}"
+    elif kind == "union_tag_not_found":
+        field = str(ctx.get("discriminator", "kind")).strip("'")
+        what = f"missing {field!r}, which says what this is"
     elif kind == "literal_error" and isinstance(value, str):
         known = _quoted(ctx.get("expected", ""))
         what = f"{value!r} is not one of {', '.join(map(repr, known))}"

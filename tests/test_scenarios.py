@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from clusterfed.data.datasets import available
 from clusterfed.errors import ScenarioError
 from clusterfed.scenarios import (
+    BUILTIN,
     DirichletPartition,
     IIDPartition,
     load_scenario,
@@ -171,7 +173,8 @@ def test_the_readme_examples_load_and_plan(name: str) -> None:
         ),
         (
             'algorithm = "fedprox"\n[algorithm_params.fedprox]\nmux = 1',
-            "algorithm_params.fedprox: fedprox has no parameter 'mux' (did you mean 'mu'?)",
+            "algorithm_params.fedprox: fedprox has no parameter 'mux'"
+            " (did you mean 'mu'?)",
         ),
     ],
 )
@@ -204,3 +207,35 @@ def test_an_override_typo_suggests_the_field_or_parameter() -> None:
         with_overrides(load_scenario("quickstart"), ["round=3"])
     with pytest.raises(ScenarioError, match="did you mean 'distance'"):
         with_overrides(load_scenario("dcfl-dynamic"), ["distanse=cosine"])
+
+
+FASHION_SCENARIOS = [n for n in BUILTIN if "fmnist" in n]
+
+
+def test_every_paper_has_a_fashion_mnist_variant() -> None:
+    digits = {n for n in BUILTIN if n not in FASHION_SCENARIOS}
+    papers = digits - {"quickstart", "byzantine", "async-stragglers"}
+    assert {f"{n}-fmnist" for n in papers} - {"dcfl-dynamic-fmnist"} <= set(
+        FASHION_SCENARIOS
+    )
+    assert {"dcfl-fmnist", "dcfl-fmnist4"} <= set(FASHION_SCENARIOS)
+
+
+@pytest.mark.parametrize("name", FASHION_SCENARIOS)
+def test_a_fashion_mnist_scenario_says_what_it_stands_in_for_and_plans(
+    name: str,
+) -> None:
+    scenario = load_scenario(name)
+    assert scenario.dataset.name == "fashion_mnist"
+    assert (
+        "Fashion-MNIST stands in for" in scenario.description
+        or "Fashion-MNIST is one of the paper's own datasets" in scenario.description
+    )
+    assert "Departures" in scenario.description or "does not give" in (
+        scenario.description
+    )
+    if not available("fashion_mnist"):
+        pytest.skip("dataset-fashion-mnist is not installed")
+    plan = plan_run(scenario)
+    assert len(plan.clients) == scenario.clients
+    assert min(len(c.train) for c in plan.clients) > 0

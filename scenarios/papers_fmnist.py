@@ -1,0 +1,189 @@
+"""The papers' experiments at their own scale, on Fashion-MNIST.
+
+Fashion-MNIST (Debian package `dataset-fashion-mnist`: 60,000 training images
+of 28×28) stands in for EMNIST and MNIST (DCFL, OCFL, the gradient–loss
+paper) and for CIFAR-10, where nothing closer can be installed here (FedAC,
+CAFA). Each scenario takes its digits counterpart (papers.py) and puts back
+the paper's own settings where the digits forced a change; what still departs
+from the paper is said in its description, with the reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from clusterfed.protocol import TrainConfig
+
+from . import papers
+from .spec import DatasetSpec, Scenario
+from .transforms import RotationTransform
+
+FASHION = DatasetSpec(name="fashion_mnist")
+STAND_IN = "Fashion-MNIST stands in for {0} (not installable here)."
+
+
+def _at_scale(base: Scenario, name: str, description: str, **changes: Any) -> Scenario:
+    data = base.model_dump()
+    data.update(name=name, description=description, dataset=FASHION, **changes)
+    return Scenario.model_validate(data)
+
+
+# CFL's split thresholds as multiples of its warm-up update norm: the
+# reference's absolute 0.4 / 1.6 were set for its own CNN and data (DESIGN.md).
+CFL_RELATIVE = {"thresholds": "relative"}
+
+
+def _dcfl(name: str, jitter: float, angles_said: str) -> Scenario:
+    return _at_scale(
+        papers.dcfl_dynamic(),
+        name,
+        "Augello et al. (DCFL) Sec. III at the paper's scale: Dirichlet(alpha=1)"
+        f" label skew, {angles_said}; a new client every 10 rounds; from round 5,"
+        " every 10 rounds a random client drifts to another rotation; 1 local"
+        " epoch; 60 rounds; local DP epsilon = 10, delta = 1e-5 over the whole"
+        " run (--set dp=off turns it off). " + STAND_IN.format("EMNIST") + " The"
+        " paper does not give the number of clients, model or learning rate: 20"
+        " clients (about 2,400 training images each), the MLP 512-128, lr 0.05"
+        " with momentum 0.9, batch 16; CFL splits on thresholds relative to its"
+        " warm-up update norm.",
+        transform=RotationTransform(angles=[0.0, 90.0, 180.0, 270.0], jitter=jitter),
+        train=TrainConfig(lr=0.05, momentum=0.9, batch_size=16, epochs=1),
+        algorithm_params={"cfl": CFL_RELATIVE},
+    )
+
+
+def dcfl_fmnist() -> Scenario:
+    """DCFL Sec. III on Fashion-MNIST: each client rotated by its own angle."""
+    return _dcfl(
+        "dcfl-fmnist",
+        45.0,
+        "each client's images rotated by its own random angle (the paper's"
+        " setting; ground truth for ARI: the nearest of 0/90/180/270)",
+    )
+
+
+def dcfl_fmnist4() -> Scenario:
+    """DCFL Sec. III on Fashion-MNIST, four planted rotations (for ARI)."""
+    return _dcfl(
+        "dcfl-fmnist4",
+        0.0,
+        "each client's images rotated by its group's angle (0/90/180/270, four"
+        " planted groups, so that ARI has a ground truth)",
+    )
+
+
+def _ocfl(base: Scenario, name: str) -> Scenario:
+    params = dict(base.algorithm_params)
+    params["ocfl"] = {**params["ocfl"], "xi": 0.1, "assign_noise": "singleton"}
+    return _at_scale(
+        base,
+        name,
+        base.description.split(";")[0] + "; one clustering round (1 local epoch,"
+        " OPTICS min_samples=2, xi=0.1 as in the paper's Fig. 4; noise points"
+        " are clusters of their own, as in OPTICS), then FedAvg in each cluster"
+        " with 10 % of its clients per round; batch 10. "
+        + STAND_IN.format("MNIST")
+        + " Departures: lr 0.05 with momentum for 50 rounds instead of the paper's"
+        " 1e-3 and below for 100-500 rounds (the time a reproduction may take"
+        " here).",
+        algorithm_params=params,
+    )
+
+
+def ocfl_iid_fmnist() -> Scenario:
+    """OCFL Sec. 4.1 on Fashion-MNIST, IID."""
+    return _ocfl(papers.ocfl_iid(), "ocfl-iid-fmnist")
+
+
+def ocfl_noniid_fmnist() -> Scenario:
+    """OCFL Sec. 4.1 on Fashion-MNIST, about two labels per client."""
+    return _ocfl(papers.ocfl_noniid(), "ocfl-noniid-fmnist")
+
+
+def ocfl_noniid2_fmnist() -> Scenario:
+    """OCFL Sec. 4.1 on Fashion-MNIST, about one label per client."""
+    return _ocfl(papers.ocfl_noniid2(), "ocfl-noniid2-fmnist")
+
+
+def _fedac(base: Scenario, name: str, skew: str) -> Scenario:
+    return _at_scale(
+        base,
+        name,
+        f"Hsu et al. (FedAC) Sec. 4: {skew}; 100 clients, 10 of them per round, 5"
+        " local epochs, batch 32, momentum 0.9, beta = 90 degrees. "
+        + STAND_IN.format("CIFAR-10")
+        + " Departures: the MLP 512-128 for the paper's CNN; lr 0.05 over 60 rounds"
+        " instead of 1e-3 over 200 (time); alpha on the mean training loss.",
+        clients=100,
+        algorithm_params={
+            "fedac": {"fraction": 0.1, "beta": 90.0},
+            "fedacp": {"fraction": 0.1, "beta": 90.0},
+            "fedavg": {"fraction": 0.1},
+        },
+    )
+
+
+def fedac_iid_fmnist() -> Scenario:
+    """FedAC Sec. 4.1 on Fashion-MNIST, IID: one cluster, which should never split."""
+    return _fedac(papers.fedac_iid(), "fedac-iid-fmnist", "IID clients")
+
+
+def fedac_2clusters_fmnist() -> Scenario:
+    """FedAC Sec. 4.1 on Fashion-MNIST: two clusters of five classes each."""
+    return _fedac(
+        papers.fedac_2clusters(), "fedac-2clusters-fmnist", "two clusters of 5 classes"
+    )
+
+
+def fedac_3clusters_fmnist() -> Scenario:
+    """FedAC Sec. 4.1 on Fashion-MNIST: three clusters of 3, 3 and 4 classes."""
+    return _fedac(
+        papers.fedac_3clusters(),
+        "fedac-3clusters-fmnist",
+        "clusters of 3, 3, 4 classes",
+    )
+
+
+def fedac_4clusters_fmnist() -> Scenario:
+    """FedAC Sec. 4.1 on Fashion-MNIST: four clusters of 2, 2, 3 and 3 classes."""
+    return _fedac(
+        papers.fedac_4clusters(),
+        "fedac-4clusters-fmnist",
+        "clusters of 2, 2, 3, 3 classes",
+    )
+
+
+def gradloss_fig2_fmnist() -> Scenario:
+    """Lin et al. Fig. 2 on Fashion-MNIST: four clusters of 20 clients, 8 classes."""
+    base = papers.gradloss_fig2()
+    return _at_scale(
+        base,
+        "gradloss-fig2-fmnist",
+        base.description + " Fashion-MNIST is one of the paper's own datasets"
+        " (its Fig. 5); Fig. 2's counts fit its 6,000 images per class as they"
+        " are. The paper does not give its learning rate or local epochs: lr 0.05"
+        " with momentum 0.9, 1 local epoch, as on the digits.",
+    )
+
+
+def _cafa(base: Scenario, name: str) -> Scenario:
+    return _at_scale(
+        base,
+        name,
+        base.description.split(" The paper's VGG19")[0]
+        + " "
+        + STAND_IN.format("CIFAR-10")
+        + " Departures: the MLP 512-128 for the paper's VGG19 (a VGG19 round"
+        " would take minutes on these two cores) over 50 rounds instead of 150,"
+        " lr 0.05 with momentum 0.9 instead of 0.1.",
+    )
+
+
+def cafa_mix_fmnist() -> Scenario:
+    """CAFA Table II on Fashion-MNIST: 25 % IID clients, the rest 2-4 classes each."""
+    return _cafa(papers.cafa_mix(), "cafa-mix-fmnist")
+
+
+def cafa_mix50_fmnist() -> Scenario:
+    """CAFA Table III on Fashion-MNIST: 50 % IID clients, the rest 2-4 classes each."""
+    return _cafa(papers.cafa_mix50(), "cafa-mix50-fmnist")
