@@ -13,7 +13,7 @@ from .runner import ByKey, Experiment
 
 # --quick keeps CBCC (round 0) and a few rounds after it.
 EXPERIMENTS = [
-    Experiment(s, s, ("cafa", "fedavg", "fedprox"), (), 10)
+    Experiment(s, s, ("cafa", "fedavg", "fedprox"), (), 10, paper_scale=f"{s}-fmnist")
     for s in ("cafa-mix", "cafa-mix50")
 ]
 

@@ -13,7 +13,15 @@ SCENARIOS = ("fedac-iid", "fedac-2clusters", "fedac-3clusters", "fedac-4clusters
 
 # --quick keeps the splits (rounds 32-44 at full length) and leaves FedACP out.
 EXPERIMENTS = [
-    Experiment(s, s, ("fedac", "fedacp", "fedavg"), (), 45, ("fedac", "fedavg"))
+    Experiment(
+        s,
+        s,
+        ("fedac", "fedacp", "fedavg"),
+        (),
+        45,
+        ("fedac", "fedavg"),
+        paper_scale=f"{s}-fmnist",
+    )
     for s in SCENARIOS
 ]
 

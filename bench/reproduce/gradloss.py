@@ -11,7 +11,14 @@ from .runner import ByKey, Experiment
 
 # --quick keeps the round where gradloss reaches purity 0.9 (11).
 EXPERIMENTS = [
-    Experiment("gradloss-fig2", "gradloss-fig2", ("gradloss", "ifca"), (), 15)
+    Experiment(
+        "gradloss-fig2",
+        "gradloss-fig2",
+        ("gradloss", "ifca"),
+        (),
+        15,
+        paper_scale="gradloss-fig2-fmnist",
+    )
 ]
 
 

@@ -12,7 +12,10 @@ SCENARIOS = ("ocfl-iid", "ocfl-noniid", "ocfl-noniid2")
 
 # --quick keeps the clustering round (0) and 20 rounds of FedAvg at a 10 %
 # client fraction.
-EXPERIMENTS = [Experiment(s, s, ("ocfl", "fedavg"), (), 20) for s in SCENARIOS]
+EXPERIMENTS = [
+    Experiment(s, s, ("ocfl", "fedavg"), (), 20, paper_scale=f"{s}-fmnist")
+    for s in SCENARIOS
+]
 
 # The paper's own numbers: Table 2, MNIST, MLP, FedAvg after 100 rounds.
 TABLE2_MLP = {

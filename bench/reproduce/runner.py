@@ -5,11 +5,12 @@ from __future__ import annotations
 import shlex
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clusterfed.comparison import compare
+from clusterfed.comparison import CompareResult, compare
+from clusterfed.seeds import Interval, interval
 
 # The repository root: the page names run folders relative to it.
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,18 +26,29 @@ class Experiment:
     sets: tuple[str, ...] = ()
     quick_rounds: int | None = None  # rounds in --quick mode (None: skip there)
     quick_algorithms: tuple[str, ...] | None = None  # --quick runs only these
+    # The scenario with the paper's own settings on Fashion-MNIST
+    # (scenarios/papers_fmnist.py); None: the digits one with dataset.name.
+    paper_scale: str | None = None
+    paper_scale_only: bool = False  # nothing to run on the digits
 
     def algorithms_for(self, quick: bool) -> tuple[str, ...]:
         return (self.quick_algorithms or self.algorithms) if quick else self.algorithms
 
-    def command(self, quick: bool, dataset: str) -> str:
+    def scenario_for(self, dataset: str) -> str:
+        if dataset == "fashion_mnist" and self.paper_scale is not None:
+            return self.paper_scale
+        return self.scenario
+
+    def command(self, quick: bool, dataset: str, seeds: int = 1) -> str:
         parts = [
             "clusterfed",
             "compare",
-            self.scenario,
+            self.scenario_for(dataset),
             "--algorithms",
             ",".join(self.algorithms_for(quick)),
         ]
+        if seeds > 1:
+            parts += ["--seeds", str(seeds)]
         if quick and self.quick_rounds is not None:
             parts += ["--rounds", str(self.quick_rounds)]
         for assignment in self.overrides(dataset):
@@ -44,12 +56,17 @@ class Experiment:
         return shlex.join(parts)
 
     def overrides(self, dataset: str) -> list[str]:
-        on = [] if dataset == "digits" else [f"dataset.name={dataset}"]
-        return [*self.sets, *on]
+        if dataset == "digits" or self.scenario_for(dataset) != self.scenario:
+            return list(self.sets)
+        return [*self.sets, f"dataset.name={dataset}"]
 
 
 @dataclass
 class Outcome:
+    """An experiment's runs: `summaries` hold each metric's mean over the
+    seeds (the first seed's value of anything else), `statistics` the
+    intervals, `seed_summaries` every seed's own, `rows` the first seed's."""
+
     experiment: Experiment
     dataset: str
     seconds: float
@@ -57,6 +74,20 @@ class Outcome:
     rows: dict[str, list[dict[str, Any]]]
     out: Path
     quick: bool
+    seeds: tuple[int, ...] = (0,)
+    statistics: dict[str, dict[str, Interval]] = field(default_factory=dict)
+    seed_summaries: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)
+
+    def paired(self, a: str, b: str, metric: str = "final_mean_acc") -> Interval:
+        """`a` minus `b` on `metric`, seed by seed, with its interval."""
+        pairs = [
+            (
+                self.seed_summaries[a][s].get(metric),
+                self.seed_summaries[b][s].get(metric),
+            )
+            for s in self.seeds
+        ]
+        return interval([x - y for x, y in pairs if x is not None and y is not None])
 
 
 # What the paper sections look their runs up in: (dataset, experiment key).
@@ -69,6 +100,7 @@ def run_all(
     out: Path,
     only: Sequence[str],
     datasets: Sequence[str],
+    seeds: int = 1,
 ) -> list[Outcome]:
     outcomes = []
     for dataset in datasets:
@@ -77,20 +109,53 @@ def run_all(
                 continue
             if quick and exp.quick_rounds is None:
                 continue
+            if exp.paper_scale_only and exp.scenario_for(dataset) == exp.scenario:
+                continue
             folder = out / dataset / exp.key
             start = time.perf_counter()
             result = compare(
-                exp.scenario,
+                exp.scenario_for(dataset),
                 list(exp.algorithms_for(quick)),
                 out=folder,
                 overwrite=True,  # a rerun replaces its own results
                 rounds=exp.quick_rounds if quick else None,
                 overrides=exp.overrides(dataset),
+                seeds=seeds if seeds > 1 else None,
             )
             seconds = time.perf_counter() - start
-            rows = {name: r.rows for name, r in result.runs.items()}
-            outcomes.append(
-                Outcome(exp, dataset, seconds, result.summaries, rows, folder, quick)
-            )
+            outcomes.append(_outcome(exp, dataset, seconds, result, folder, quick))
             print(f"{dataset:<14} {exp.key:<22} {seconds:7.1f} s", flush=True)
     return outcomes
+
+
+def _outcome(
+    exp: Experiment,
+    dataset: str,
+    seconds: float,
+    result: CompareResult,
+    folder: Path,
+    quick: bool,
+) -> Outcome:
+    by_seed = result.seed_summaries
+    statistics = result.statistics
+    summaries = {}
+    for name, per_seed in by_seed.items():
+        first = dict(per_seed[min(per_seed)])
+        for metric, found in statistics[name].items():
+            if found.mean is not None:
+                first[metric] = found.mean
+        summaries[name] = first
+    rows = {name: runs[min(runs)].rows for name, runs in result.by_seed.items()}
+    seeds = tuple(sorted(next(iter(by_seed.values()))))
+    return Outcome(
+        exp,
+        dataset,
+        seconds,
+        summaries,
+        rows,
+        folder,
+        quick,
+        seeds,
+        statistics,
+        by_seed,
+    )
