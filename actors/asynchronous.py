@@ -9,11 +9,17 @@ client id, then by start order: the server reacts to each in that order and
 never to one before its time. An arrival is judged like any update, its
 staleness τ is the number of server versions since its model was sent, an
 update older than `max_staleness` versions is dropped (late), and the
-strategy's `absorb` folds it in; the freed client's place goes to an idle
-client drawn from the strategy's random stream, starting at that arrival's
-time. One aggregation (a new model version) is one row of rounds.jsonl:
-`step` runs arrivals until the strategy says the model changed, then every
-client evaluates the current model.
+strategy's `absorb` folds it in. Versions are counted per cluster: a
+cluster's version goes up each time an arrival gives it a new model (states
+are immutable, so a new model is a new array), and an update's τ counts the
+versions of the cluster it trained (of every model it was sent: an IFCA
+client picks its cluster after the models left) — for a single-model
+strategy the server's version. An update of a model that is no cluster (a
+DCFL newcomer's W_G) counts the server's versions. The freed client's place
+goes to an idle client drawn from the strategy's random stream, starting at
+that arrival's time. One aggregation (a new model version) is one row of
+rounds.jsonl: `step` runs arrivals until the strategy says a model changed,
+then every client evaluates its current model.
 
 The real training runs when a task is started (the simulation knows the
 update's content and size then), but it is only used at its arrival time;
@@ -23,11 +29,12 @@ events of the scenario (joins, drift, crashes) fire between aggregations.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from clusterfed.algorithms import ClientInfo, TaskPlan
-from clusterfed.types import ClientId
+from clusterfed.types import ClientId, ClusterId
 
 from . import phases
 from .outcome import Exchange, RoundOutcome
@@ -40,13 +47,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class _Running:
-    """A task on its way: what was sent, what came back, when it arrives."""
+    """A task on its way: what was sent (with the server's version and each
+    sent cluster's), what came back, when it arrives."""
 
     plan: TaskPlan
     exchange: Exchange
     version: int
     start: float
     duration: float | None
+    sent: Mapping[ClusterId, int]
 
 
 class AsyncDriver:
@@ -71,6 +80,7 @@ class AsyncDriver:
         self.concurrency = concurrency
         self.max_staleness = max_staleness
         self.version = 0
+        self.versions: dict[ClusterId, int] = {}  # per cluster, see above
         self._heap: list[tuple[float, int, int, _Running]] = []
         self._seq = 0
         # Clients whose task failed in this aggregation rest until the next:
@@ -95,8 +105,23 @@ class AsyncDriver:
                 self.version += 1
                 break
         return await server.close_round(
-            books, members, now - start, {"version": self.version}
+            books, members, now - start, self._diagnostics()
         )
+
+    def _diagnostics(self) -> dict[str, Any]:
+        """The server's version; with several clusters each one's too."""
+        models = self.server.state.models
+        if len(models) < 2:
+            return {"version": self.version}
+        return {
+            "version": self.version,
+            "cluster_versions": {str(k): self.versions.get(k, 0) for k in models},
+        }
+
+    def _staleness(self, running: _Running, cluster: ClusterId) -> int:
+        if cluster in running.sent:
+            return self.versions.get(cluster, 0) - running.sent[cluster]
+        return self.version - running.version
 
     def _arrive(self, books: RoundBooks, client: ClientId, running: _Running) -> bool:
         """Judge one arrival and fold it in; whether the model changed."""
@@ -104,7 +129,7 @@ class AsyncDriver:
         if client not in books.outcomes:  # it left while training
             return False
         update = phases.judge_update(running.plan, running.exchange, server.limits)
-        staleness = self.version - running.version
+        staleness = self._staleness(running, update.cluster)
         if (
             update.ok
             and self.max_staleness is not None
@@ -143,6 +168,9 @@ class AsyncDriver:
                 " the models stay as they were"
             )
             return False
+        for cluster, model in absorbed.models.items():
+            if model is not server.state.models.get(cluster):
+                self.versions[cluster] = self.versions.get(cluster, 0) + 1
         server.state = absorbed
         return advanced
 
@@ -171,7 +199,12 @@ class AsyncDriver:
         )
         for plan, exchange in zip(plans, exchanges, strict=True):
             duration = phases.duration(server.clock, plan.client, exchange)
-            running = _Running(plan, exchange, self.version, now, duration)
+            sent = {
+                k: self.versions.get(k, 0)
+                for k in plan.models
+                if k in server.state.models
+            }
+            running = _Running(plan, exchange, self.version, now, duration, sent)
             arrival = now + (duration if duration is not None else 0.0)
             heapq.heappush(self._heap, (arrival, int(plan.client), self._seq, running))
             self._seq += 1

@@ -41,6 +41,23 @@ Where the paper is loose, clusterfed decides:
   against the cluster models after this round's aggregation, so the id it gets
   exists; until it is placed, it is evaluated on W_G and has no cluster.
   W_G travels under the id `GLOBAL_MODEL`, which is never a cluster id.
+
+In asynchronous mode (`mode = "async"`) updates arrive one at a time:
+
+- Each cluster keeps its own buffer and version (`_buffers.py`: FedBuff per
+  cluster, τ in versions of the client's cluster). The update of a client
+  re-clustered while it trained goes into no buffer: its delta starts from a
+  model its new cluster never had.
+- The clustering decision is taken every `window` accepted arrivals of
+  placed clients (default: as many as there are placed clients, a round's
+  worth; the window grows until it holds three clients, as fewer show no
+  structure), on the latest update of each client in it, labelled by the
+  clusters now: the Dunn index, and below 1 affinity propagation, Eq. 5's
+  models from the window's end points, and every buffer emptied (its deltas
+  start from models that may be gone). Then the window starts over. The DCFL
+  distance needs no common origin, so updates from different versions
+  compare as they are.
+- A newcomer's first update (from W_G when sent) places it at once (Eq. 6).
 """
 
 from __future__ import annotations
@@ -49,7 +66,7 @@ import math
 import warnings
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -59,6 +76,7 @@ from sklearn.exceptions import ConvergenceWarning
 from clusterfed.types import ClientId, ClusterId
 
 from ._aggregate import weighted_mean
+from ._buffers import Buffered, ClusterBuffer, latest_per_client
 from .base import ClientInfo, ClientUpdate, ServerState, Strategy
 from .distances import check_metric, pairwise_distances
 from .robust import robust_mean
@@ -80,15 +98,21 @@ class DCFLState(ServerState):
         dunn_index: the last round's Dunn index (NaN when undefined, +∞ when
             unbounded); None before any round.
         reclustered: whether the last round re-clustered.
+        buffers: asynchronous mode: each cluster's updates waiting for its
+            next step.
+        window: asynchronous mode: the accepted updates of placed clients
+            since the last clustering decision.
     """
 
     pending: frozenset[ClientId] = frozenset()
     next_cluster: int = 1
     dunn_index: float | None = None
     reclustered: bool = False
+    buffers: Mapping[ClusterId, ClusterBuffer] = field(default_factory=dict)
+    window: tuple[ClientUpdate, ...] = ()
 
 
-class DCFL(Strategy[DCFLState]):
+class DCFL(Buffered, Strategy[DCFLState]):
     """Dynamic clustering of clients by the distances of their updates.
 
     Args:
@@ -102,10 +126,15 @@ class DCFL(Strategy[DCFLState]):
         max_iter: affinity propagation's iteration limit (≥ 1).
         sample_weighted: weight cluster means by sample counts instead of
             the paper's plain mean (Eq. 5).
+        window: asynchronous mode: arrivals per clustering decision; None:
+            as many as there are placed clients.
+        buffer_size, staleness, a, b, server_lr: asynchronous mode: each
+            cluster's buffer (see `IFCA`).
     """
 
     name = "dcfl"
     state_type = DCFLState
+    supports_async = True
 
     def __init__(
         self,
@@ -115,8 +144,20 @@ class DCFL(Strategy[DCFLState]):
         preference: float | str = "median",
         max_iter: int = 200,
         sample_weighted: bool = False,
+        window: int | None = None,
+        buffer_size: int = 3,
+        staleness: str = "polynomial",
+        a: float = 0.5,
+        b: int = 4,
+        server_lr: float = 1.0,
     ) -> None:
         self.distance = check_metric(distance)
+        if window is not None and (type(window) is not int or window < 3):
+            raise ValueError(f"window must be an integer >= 3 or None, got {window!r}")
+        self.window = window
+        self.init_buffering(
+            buffer_size=buffer_size, staleness=staleness, a=a, b=b, server_lr=server_lr
+        )
         if not 0.5 <= damping < 1:
             raise ValueError(f"damping must be in [0.5, 1), got {damping}")
         if isinstance(preference, str):
@@ -207,6 +248,19 @@ class DCFL(Strategy[DCFLState]):
         old = [state.assignment[u.client] for u in members]
         models = dict(state.models)
         models.update(self._cluster_means(members, old))
+        return self._recluster(state, members, models, rng)
+
+    def _recluster(
+        self,
+        state: DCFLState,
+        members: Sequence[ClientUpdate],
+        models: dict[ClusterId, np.ndarray],
+        rng: np.random.Generator,
+    ) -> DCFLState:
+        """The Dunn index of `members`' updates under their clusters now;
+        below 1, affinity propagation's clustering with Eq. 5's models.
+        `models` are the cluster models if it does not re-cluster."""
+        old = [state.assignment[u.client] for u in members]
         arrays = [_arrays(u) for u in members]
         dist = pairwise_distances(
             np.stack([base for base, _ in arrays]),
@@ -236,6 +290,40 @@ class DCFL(Strategy[DCFLState]):
             reclustered=True,
             next_cluster=next_cluster,
         )
+
+    def absorb(
+        self,
+        state: DCFLState,
+        update: ClientUpdate,
+        staleness: int,
+        rng: np.random.Generator,
+    ) -> tuple[DCFLState, bool]:
+        """Asynchronous mode (see the module docstring); `rng` to re-cluster."""
+        if not update.ok or update.base is None or update.delta is None:
+            return state, False
+        if update.client in state.pending:
+            return self.place_newcomers(state, [update]), False
+        cluster = state.assignment.get(update.client)
+        if cluster is None:  # it left while training
+            return state, False
+        state = state.replace(reclustered=False)  # each row says its own
+        models, buffers, moved = dict(state.models), dict(state.buffers), False
+        if update.cluster == cluster:
+            weight = float(max(update.n_samples, 0)) if self.sample_weighted else 1.0
+            models, buffers, moved = self.buffering.fold(
+                state.models, state.buffers, update, staleness, weight
+            )
+        window = (*state.window, update)
+        size = self.window if self.window is not None else len(state.assignment)
+        state = state.replace(models=models, buffers=buffers, window=window)
+        members = [u for u in latest_per_client(window) if u.client in state.assignment]
+        # Fewer than three clients show no structure (see affinity_clusters).
+        if len(window) < size or len(members) < 3:
+            return state, moved
+        decided = self._recluster(state.replace(window=()), members, dict(models), rng)
+        if decided.reclustered:
+            return decided.replace(buffers={}), True
+        return decided, moved
 
     def place_newcomers(
         self, state: DCFLState, newcomers: Sequence[ClientUpdate]

@@ -10,11 +10,24 @@ The K models start from K independent random initialisations (the paper's
 setting; identical models would leave every client on the first one). A
 cluster's model moves by the plain mean of its members' deltas, as the
 reference code averages them; `mean="weighted"` weighs them by sample count.
+
+In asynchronous mode (`mode = "async"`) a client's task carries all K models
+as in a round; its update arrives on the simulated clock with the identity it
+chose, which becomes its cluster at once. Each cluster keeps its own buffer
+and version (`_buffers.py`, FedBuff per cluster): the delta, discounted by
+s(τ) with τ the versions of the chosen cluster since the models were sent,
+waits in that cluster's buffer until `buffer_size` have come, then the
+cluster's model moves by `server_lr` times their mean (plain, or by sample
+count with `mean="weighted"`). With `buffer_size` updates from one round's
+clients, constant staleness and `server_lr` = 1 this is a synchronous
+round's model averaging. IFCA's clustering is the clients' own choice, so
+there is no server-side clustering decision to time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -22,6 +35,7 @@ import numpy as np
 from clusterfed.types import ClientId, ClusterId
 
 from ._aggregate import ClusterMean, average_per_cluster, check_cluster_mean
+from ._buffers import Buffered, ClusterBuffer
 from .base import (
     Candidate,
     ClientInfo,
@@ -52,7 +66,7 @@ class MinLoss(IdentityPolicy):
 class IFCALoop(Strategy[S]):
     """IFCA's round for any state type: the clients choose, the server averages.
 
-    `IFCA` runs it on the plain `ServerState`; variants that remember more
+    `IFCA` runs it on `IFCAState`; variants that remember more
     (`GradLoss`) run it on their own state. No `name`: not registered.
 
     Args:
@@ -128,7 +142,15 @@ class IFCALoop(Strategy[S]):
         return state.replace(models=models, assignment=assignment)
 
 
-class IFCA(IFCALoop[ServerState]):
+@dataclass(frozen=True)
+class IFCAState(ServerState):
+    """Cluster models and assignment; in asynchronous mode, each cluster's
+    buffer of updates waiting for its next step (empty in synchronous mode)."""
+
+    buffers: Mapping[ClusterId, ClusterBuffer] = field(default_factory=dict)
+
+
+class IFCA(Buffered, IFCALoop[IFCAState]):
     """Iterative federated clustering: the clients choose, the server averages.
 
     Args:
@@ -136,12 +158,64 @@ class IFCA(IFCALoop[ServerState]):
         fraction: share of clients sampled each round; at least one.
         mean: how a cluster averages its members' deltas: "plain" (the
             reference code's mean, the default) or "weighted" by sample count.
+        buffer_size: asynchronous mode: the updates a cluster gathers before
+            its model moves.
+        staleness: asynchronous mode: how a τ-versions-old update is
+            discounted: "constant", "polynomial" ((τ+1)^−a) or "hinge".
+        a, b: the staleness function's parameters.
+        server_lr: asynchronous mode: the step on a buffer's mean.
     """
 
     name = "ifca"
-    state_type = ServerState
+    state_type = IFCAState
+    supports_async = True
 
     def __init__(
-        self, *, clusters: int = 4, fraction: float = 1.0, mean: ClusterMean = "plain"
+        self,
+        *,
+        clusters: int = 4,
+        fraction: float = 1.0,
+        mean: ClusterMean = "plain",
+        buffer_size: int = 3,
+        staleness: str = "polynomial",
+        a: float = 0.5,
+        b: int = 4,
+        server_lr: float = 1.0,
     ) -> None:
         super().__init__(clusters=clusters, fraction=fraction, mean=mean)
+        self.init_buffering(
+            buffer_size=buffer_size, staleness=staleness, a=a, b=b, server_lr=server_lr
+        )
+
+    def plan_for(self, state: IFCAState, client: ClientId) -> TaskPlan:
+        """Asynchronous mode: every cluster model, the client picks one."""
+        return TaskPlan(
+            client,
+            dict(state.models),
+            identity=self.identity,
+            identity_params=self.identity_params(),
+        )
+
+    def absorb(
+        self,
+        state: IFCAState,
+        update: ClientUpdate,
+        staleness: int,
+        rng: np.random.Generator,
+    ) -> tuple[IFCAState, bool]:
+        """The client joins the cluster it chose; its delta waits in that
+        cluster's buffer, and the cluster steps when the buffer is full."""
+        if (
+            not update.ok
+            or update.delta is None
+            or update.client not in state.assignment
+            or update.cluster not in state.models
+        ):
+            return state, False
+        weight = float(max(update.n_samples, 0)) if self.mean == "weighted" else 1.0
+        models, buffers, moved = self.buffering.fold(
+            state.models, state.buffers, update, staleness, weight
+        )
+        assignment = {**state.assignment, update.client: update.cluster}
+        new = state.replace(models=models, buffers=buffers, assignment=assignment)
+        return new, moved

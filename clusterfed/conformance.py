@@ -15,7 +15,8 @@ the state is a frozen dataclass of `ServerState` built from the given
 models; the state keeps its shape through joins and rounds; no hook mutates
 its inputs; empty and all-failed rounds change nothing; the same seed gives
 the same result; a leaving client leaves the assignment; accepted updates
-move the models, and zero updates do not.
+move the models, and zero updates do not; a strategy with an asynchronous
+mode folds single updates by the same rules.
 """
 
 from __future__ import annotations
@@ -286,6 +287,44 @@ def accepted_updates_move_the_models(name: str) -> None:
             np.testing.assert_allclose(model, state.models[k], atol=1e-6)
 
 
+def the_async_mode_folds_updates_alone(name: str) -> None:
+    """A strategy with an asynchronous mode (`supports_async`): `absorb`
+    keeps the state's type and shape, mutates none of its inputs, ignores a
+    failed update, moves a model with accepted ones, and repeats itself
+    under the same seed. Other strategies pass as they are."""
+    if not make(name).supports_async:
+        return
+    results = []
+    for _ in range(2):
+        strategy, state, clients, rng = _joined(name, seed=3)
+        start = {k: v.copy() for k, v in state.models.items()}
+        for staleness in range(3):
+            for client in clients:
+                [update] = _updates([strategy.plan_for(state, client.id)])
+                before = _frozen_copy((state, update))
+                new, moved = strategy.absorb(state, update, staleness, rng)
+                assert _frozen_copy((state, update)) == before, "absorb mutated"
+                assert type(new) is strategy.state_type
+                assert isinstance(moved, bool)
+                for model in new.models.values():
+                    assert model.dtype == np.float32 and model.shape == (DIM,)
+                assert all(c in new.models for c in new.assignment.values())
+                state = new
+        assert any(
+            k not in start or not np.array_equal(m, start[k])
+            for k, m in state.models.items()
+        ), f"{name}: accepted updates absorbed changed no model"
+        [failed] = _updates([strategy.plan_for(state, clients[0].id)], ok=False)
+        same, moved = strategy.absorb(state, failed, 0, rng)
+        assert not moved
+        for k, model in state.models.items():
+            np.testing.assert_array_equal(same.models[k], model)
+        results.append(state)
+    assert results[0].assignment == results[1].assignment
+    for k in results[0].models:
+        np.testing.assert_array_equal(results[0].models[k], results[1].models[k])
+
+
 Check = Callable[[str], None]
 
 # Every check, in the order a strategy's life goes.
@@ -299,6 +338,7 @@ CHECKS: tuple[Check, ...] = (
     same_seed_same_result,
     leaving_clients_leave_the_assignment,
     accepted_updates_move_the_models,
+    the_async_mode_folds_updates_alone,
 )
 
 

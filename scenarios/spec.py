@@ -16,7 +16,7 @@ from clusterfed.actors import DeviceProfile
 from clusterfed.actors.clock import DeadlinePolicy, WaitAll
 from clusterfed.actors.faults import FaultPlan
 from clusterfed.actors.spec import Accountant
-from clusterfed.algorithms import make
+from clusterfed.algorithms import algorithms, make
 from clusterfed.algorithms.registry import resolve
 from clusterfed.algorithms.robust import Aggregator, Mean, parse_aggregator
 from clusterfed.errors import ConfigError
@@ -325,9 +325,10 @@ class Scenario(_Spec):
         except ConfigError as exc:
             raise ValueError(f"algorithm_params.{self.algorithm}: {exc}") from exc
         if self.mode == "async" and not strategy.supports_async:
+            have = ", ".join(n for n, c in algorithms().items() if c.supports_async)
             raise ValueError(
                 f"mode: {self.algorithm!r} has no asynchronous mode"
-                ' (fedasync and fedbuff have one); use mode = "sync"'
+                f' ({have} have one); use mode = "sync"'
             )
         return self
 

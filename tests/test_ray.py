@@ -160,3 +160,28 @@ def test_async_mode_gives_the_same_rows_on_ray(tmp_path: Path) -> None:
 
     assert timeless(local.rows) == timeless(on_ray.rows)
     assert [r["strategy"]["version"] for r in on_ray.rows] == list(range(1, 7))
+
+
+def test_clustered_async_mode_with_joins_and_drift_gives_the_same_rows_on_ray(
+    tmp_path: Path,
+) -> None:
+    from clusterfed.actors import DeviceProfile
+    from clusterfed.scenarios import Drift, RotationTransform
+
+    scenario = small_scenario(
+        algorithm="dcfl",
+        mode="async",
+        rounds=8,
+        transform=RotationTransform(angles=[0.0, 180.0]),
+        events=[Join(start=2), Drift(start=3, target="random", to_group="other")],
+        devices={0: DeviceProfile(samples_per_s=150.0)},
+        algorithm_params={"dcfl": {"window": 4, "buffer_size": 2}},
+    )
+    local = clusterfed.run(scenario, out=tmp_path / "local")
+    on_ray = clusterfed.run(scenario, out=tmp_path / "ray", runtime="ray")
+
+    def timeless(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in r.items() if k != "wall_time"} for r in rows]
+
+    assert timeless(local.rows) == timeless(on_ray.rows)
+    assert any(r["strategy"].get("reclustered") for r in on_ray.rows)

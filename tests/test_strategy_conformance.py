@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from clusterfed.algorithms import ClientUpdate, ServerState, Strategy, algorithms
+from clusterfed.algorithms.fedasync import FedAsync
 from clusterfed.algorithms.fedavg import FedAvg
 from clusterfed.conformance import CHECKS, Check, check_strategy
 
@@ -59,6 +60,21 @@ class KeepsNoLeavers(FedAvg):
         return state
 
 
+class AbsorbMutatesItsInput(FedAsync):
+    name = "conformance_absorb_mutates"
+
+    def absorb(
+        self,
+        state: ServerState,
+        update: ClientUpdate,
+        staleness: int,
+        rng: np.random.Generator,
+    ) -> tuple[ServerState, bool]:
+        if update.delta is not None:
+            update.delta[:] *= 2  # in place: the update the server holds changes
+        return super().absorb(state, update, staleness, rng)
+
+
 @dataclasses.dataclass(frozen=True)
 class _WithGenerator(ServerState):
     rng: np.random.Generator = dataclasses.field(default_factory=np.random.default_rng)
@@ -76,6 +92,7 @@ class KeepsAGenerator(FedAvg):
         (IgnoresItsUpdates, "accepted_updates_move_the_models"),
         (KeepsNoLeavers, "leaving_clients_leave_the_assignment"),
         (KeepsAGenerator, "the_state_type_is_a_frozen_dataclass_of_server_state"),
+        (AbsorbMutatesItsInput, "the_async_mode_folds_updates_alone"),
     ],
 )
 def test_the_suite_catches_a_broken_strategy(

@@ -1,0 +1,131 @@
+"""Per-cluster buffers of asynchronous aggregation: FedBuff in every cluster.
+
+Nguyen et al., "Federated Learning with Buffered Asynchronous Aggregation",
+AISTATS 2022, applied cluster by cluster: each arriving delta, discounted by
+the staleness function s(τ) (τ counted in versions of its own cluster), is
+added to its cluster's buffer; when a buffer holds `buffer_size` updates its
+cluster model moves by `server_lr` times their weighted mean and the buffer
+empties. The other clusters' models and buffers stay as they are, so every
+cluster keeps its own pace.
+
+A cluster's model moves by deltas, never to the mean of the members' end
+points: an end point of a stale update lies near the model it started from,
+and averaging end points would pull the cluster back there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from clusterfed.types import ClusterId
+
+from ._staleness import Staleness, check_staleness, staleness_weight
+from .base import ClientUpdate
+
+
+@dataclass(frozen=True)
+class ClusterBuffer:
+    """What a cluster has received since its last step: Σ s(τ)·w·δ (float64),
+    Σ w, and how many updates."""
+
+    total: np.ndarray
+    weight: float
+    count: int
+
+
+@dataclass(frozen=True)
+class BufferRule:
+    """When and how far a cluster model moves in asynchronous mode.
+
+    Args:
+        buffer_size: updates a cluster gathers before its model moves.
+        staleness: "constant", "polynomial" ((τ+1)^−a) or "hinge".
+        a, b: the staleness function's parameters.
+        server_lr: the step on the buffer's mean.
+    """
+
+    buffer_size: int
+    staleness: Staleness
+    a: float
+    b: int
+    server_lr: float
+
+    @classmethod
+    def checked(
+        cls, *, buffer_size: int, staleness: str, a: float, b: int, server_lr: float
+    ) -> BufferRule:
+        """The rule, or ValueError naming the bad value."""
+        if (
+            isinstance(buffer_size, bool)
+            or not isinstance(buffer_size, int)
+            or buffer_size < 1
+        ):
+            raise ValueError(
+                f"buffer_size must be an integer >= 1, got {buffer_size!r}"
+            )
+        if not server_lr > 0:
+            raise ValueError(f"server_lr must be > 0, got {server_lr}")
+        kind = check_staleness(staleness, a, b)
+        return cls(buffer_size, kind, a, b, server_lr)
+
+    def fold(
+        self,
+        models: Mapping[ClusterId, np.ndarray],
+        buffers: Mapping[ClusterId, ClusterBuffer],
+        update: ClientUpdate,
+        staleness: int,
+        weight: float = 1.0,
+    ) -> tuple[dict[ClusterId, np.ndarray], dict[ClusterId, ClusterBuffer], bool]:
+        """Add `update` (weighted by `weight` and s(τ)) to its cluster's
+        buffer; step that cluster when the buffer is full. Returns the models,
+        the buffers and whether a model moved. New mappings; none is mutated."""
+        cluster = update.cluster
+        if update.delta is None or cluster not in models:
+            return dict(models), dict(buffers), False
+        discount = staleness_weight(self.staleness, staleness, a=self.a, b=self.b)
+        step = update.delta.astype(np.float64) * (discount * weight)
+        old = buffers.get(cluster)
+        buffer = (
+            ClusterBuffer(step, weight, 1)
+            if old is None
+            else ClusterBuffer(old.total + step, old.weight + weight, old.count + 1)
+        )
+        new_models = dict(models)
+        new_buffers = dict(buffers)
+        if buffer.count < self.buffer_size:
+            new_buffers[cluster] = buffer
+            return new_models, new_buffers, False
+        current = models[cluster].astype(np.float64)
+        # Weights are sample counts or 1; all-zero counts fall back to 1 each.
+        total = buffer.weight if buffer.weight > 0 else float(buffer.count)
+        moved = current + self.server_lr * buffer.total / total
+        new_models[cluster] = moved.astype(np.float32)
+        new_buffers.pop(cluster, None)
+        return new_models, new_buffers, True
+
+
+class Buffered:
+    """A strategy with per-cluster buffers: its keyword parameters
+    `buffer_size`, `staleness`, `a`, `b`, `server_lr` and their `BufferRule`."""
+
+    buffering: BufferRule
+
+    def init_buffering(
+        self, *, buffer_size: int, staleness: str, a: float, b: int, server_lr: float
+    ) -> None:
+        """Check and keep the parameters (ValueError naming a bad value)."""
+        self.buffering = BufferRule.checked(
+            buffer_size=buffer_size, staleness=staleness, a=a, b=b, server_lr=server_lr
+        )
+        self.buffer_size = buffer_size
+        self.staleness = self.buffering.staleness
+        self.a, self.b, self.server_lr = a, b, server_lr
+
+
+def latest_per_client(updates: tuple[ClientUpdate, ...]) -> list[ClientUpdate]:
+    """Each client's last update of `updates`, in client order."""
+    latest = {u.client: u for u in updates}
+    return [latest[c] for c in sorted(latest)]
