@@ -262,7 +262,24 @@ def _verdict(main: Outcome) -> list[str]:
             f"- DCFL's spread across clients below {other}'s: {decided(calmer)}"
             f" (Δ std {pm(calmer)}).",
         ]
-    return [*lines, *_cfl_splits(main), ""]
+    return [*lines, *_cfl_splits(main), *_privacy(main), ""]
+
+
+def _privacy(main: Outcome) -> list[str]:
+    """σ, steps and spent ε of DCFL's clients, from summary.json (seed 0)."""
+    privacy = main.seed_summaries["dcfl"][main.seeds[0]].get("privacy")
+    if not privacy:
+        return []
+    clients = privacy["clients"].values()
+    steps = sorted({c["steps_per_round"] for c in clients})
+    spent = [c["epsilon_spent"] for c in clients if c["epsilon_spent"] is not None]
+    sigma = privacy["noise_multiplier"]
+    return [
+        f"- DP (seed {main.seeds[0]}, DCFL's clients): ε = {privacy['epsilon']:g},"
+        f" δ = {privacy['delta']:g} over the {privacy['horizon']}; noise multiplier"
+        f" σ {sigma['min']:.2f}–{sigma['max']:.2f}; {steps[0]}–{steps[-1]} DP-SGD"
+        f" steps a round; spent ε at the end {min(spent):.2f}–{max(spent):.2f}."
+    ]
 
 
 def _cfl_splits(main: Outcome) -> list[str]:
