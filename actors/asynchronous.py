@@ -24,6 +24,12 @@ then every client evaluates its current model.
 The real training runs when a task is started (the simulation knows the
 update's content and size then), but it is only used at its arrival time;
 events of the scenario (joins, drift, crashes) fire between aggregations.
+
+Availability (`SimClock.availability`): an offline client is not started; it
+gets a wake-up event at the time it comes back online, when idle places are
+filled again. A task that outlives its client's online time fails at the
+moment the client goes offline (its arrival event is then), and the client
+rests until the next aggregation like any failed one.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ class _Running:
     start: float
     duration: float | None
     sent: Mapping[ClusterId, int]
+    trained: bool = True  # it replied (a client that went offline did too)
 
 
 class AsyncDriver:
@@ -81,8 +88,11 @@ class AsyncDriver:
         self.max_staleness = max_staleness
         self.version = 0
         self.versions: dict[ClusterId, int] = {}  # per cluster, see above
-        self._heap: list[tuple[float, int, int, _Running]] = []
+        # (time, client, start order, task); no task: an offline client
+        # comes back online then, and idle places are filled again.
+        self._heap: list[tuple[float, int, int, _Running | None]] = []
         self._seq = 0
+        self._waking: set[ClientId] = set()  # offline clients with a wake-up
         # Clients whose task failed in this aggregation rest until the next:
         # a failure takes no simulated time, and restarting at once would spin.
         self._resting: set[ClientId] = set()
@@ -99,11 +109,20 @@ class AsyncDriver:
         while self._heap:
             arrival, client, _, running = heapq.heappop(self._heap)
             now = arrival
+            if running is None:  # back online
+                self._waking.discard(ClientId(client))
+                await self._top_up(books, now)
+                continue
             advanced = self._arrive(books, ClientId(client), running)
             await self._top_up(books, now)
             if advanced:
                 self.version += 1
                 break
+        for outcome in books.outcomes.values():
+            if not outcome.planned and not server.clock.availability.online(
+                outcome.id, now
+            ):
+                outcome.reason = "offline (availability)"
         return await server.close_round(
             books, members, now - start, self._diagnostics()
         )
@@ -152,7 +171,7 @@ class AsyncDriver:
         )
         reply = running.exchange.reply
         epsilon = getattr(reply.payload, "epsilon", None) if reply is not None else None
-        if running.exchange.status == "ok" and epsilon is not None:
+        if running.trained and epsilon is not None:
             server.epsilon[client] = epsilon
         if update.status == "failed":
             self._resting.add(client)
@@ -177,12 +196,13 @@ class AsyncDriver:
     async def _top_up(self, books: RoundBooks, now: float) -> None:
         """Start idle clients at `now` until `concurrency` are training."""
         server = self.server
-        busy = {client for _, client, _, _ in self._heap}
+        busy = {client for _, client, _, task in self._heap if task is not None}
         idle = [
             c
             for c in sorted(server.clients)
             if c not in busy and c not in self._resting
         ]
+        idle = self._online(idle, now)
         room = len(server.clients) if self.concurrency is None else self.concurrency
         free = max(0, room - len(busy))
         if not idle or not free:
@@ -199,12 +219,34 @@ class AsyncDriver:
         )
         for plan, exchange in zip(plans, exchanges, strict=True):
             duration = phases.duration(server.clock, plan.client, exchange)
+            trained = exchange.status == "ok"
+            cut = phases.went_offline(server.clock, plan.client, now, duration)
+            if cut is not None:  # it fails when it goes offline
+                exchange, duration = phases.offline_exchange(exchange, cut), cut
             sent = {
                 k: self.versions.get(k, 0)
                 for k in plan.models
                 if k in server.state.models
             }
-            running = _Running(plan, exchange, self.version, now, duration, sent)
+            running = _Running(
+                plan, exchange, self.version, now, duration, sent, trained
+            )
             arrival = now + (duration if duration is not None else 0.0)
             heapq.heappush(self._heap, (arrival, int(plan.client), self._seq, running))
             self._seq += 1
+
+    def _online(self, idle: list[ClientId], now: float) -> list[ClientId]:
+        """The idle clients online at `now`; each offline one gets a wake-up
+        at the time it comes back (once: until then it has one)."""
+        schedule = self.server.clock.availability
+        online = []
+        for client in idle:
+            if schedule.online(client, now):
+                online.append(client)
+                continue
+            back = schedule.next_online(client, now)
+            if client not in self._waking and back is not None and back > now:
+                heapq.heappush(self._heap, (back, int(client), self._seq, None))
+                self._seq += 1
+                self._waking.add(client)
+        return online

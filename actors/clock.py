@@ -6,6 +6,7 @@ client specs, kept current by the federation as events change them). A
 task's simulated duration is its download, its compute time on the client's
 device (as the client reports it: its samples times any straggler slowdown
 over its throughput) and its upload, so a 30 s straggler costs no real 30 s.
+The clock also holds the availability schedule: who is online when.
 A deadline policy decides when the server stops waiting: replies that arrive
 after that are late.
 """
@@ -19,6 +20,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from clusterfed.types import ClientId
+
+from .availability import Always, Schedule
 
 
 class DeviceProfile(BaseModel):
@@ -47,11 +50,13 @@ def compute_s(
 
 
 class SimClock:
-    """Simulated now, the devices, and what a message exchange costs on them."""
+    """Simulated now, the devices, what a message exchange costs on them,
+    and when each client is online (`availability`, see availability.py)."""
 
-    def __init__(self, now: float = 0.0) -> None:
+    def __init__(self, now: float = 0.0, availability: Schedule | None = None) -> None:
         self.now = now
         self.profiles: dict[ClientId, DeviceProfile] = {}
+        self.availability: Schedule = availability or Always()
 
     def profile(self, client: ClientId) -> DeviceProfile:
         return self.profiles.get(client, DeviceProfile())

@@ -135,9 +135,14 @@ async def train(
     config: TrainConfig,
     deadline: DeadlinePolicy,
     limits: UpdateLimits,
+    start: float | None = None,
 ) -> tuple[list[ClientUpdate], dict[ClientId, float], float]:
     """Send the planned train tasks and judge each update. Returns the
-    updates (one per plan), the ε each client reported, the phase's length."""
+    updates (one per plan), the ε each client reported, the phase's length.
+
+    The tasks start at simulated `start` (default: now); a client that goes
+    offline before its update is back (`clock.availability`) has failed,
+    though it trained (its ε is spent, as a late update's)."""
     tasks = train_tasks(plans, config)
     exchanges = await courier.round_trip(
         [(p.client, t) for p, t in zip(plans, tasks, strict=True)],
@@ -148,11 +153,20 @@ async def train(
         p.client: duration(clock, p.client, e)
         for p, e in zip(plans, exchanges, strict=True)
     }
+    at = clock.now if start is None else start
+    gone: dict[ClientId, float] = {}  # client → seconds into its task
+    for client, length_s in durations.items():
+        cut = went_offline(clock, client, at, length_s)
+        if cut is not None:
+            gone[client], durations[client] = cut, None
     length, late = close_round(durations, deadline)
     updates = []
     updated: set[ClientId] = set()
     epsilon: dict[ClientId, float] = {}
     for plan, exchange in zip(plans, exchanges, strict=True):
+        trained = exchange.status == "ok"
+        if plan.client in gone:
+            exchange = offline_exchange(exchange, gone[plan.client])
         declared = books.members.get(plan.client)
         update = judge_update(
             plan, exchange, limits, declared.n_train if declared else None
@@ -171,14 +185,10 @@ async def train(
         outcome = books.outcomes[plan.client]
         outcome.status = update.status
         outcome.train_loss = update.loss
-        outcome.sim_s = durations[plan.client] or 0.0
+        outcome.sim_s = durations[plan.client] or gone.get(plan.client, 0.0)
         reply = exchange.reply.payload if exchange.reply is not None else None
         # A late update was trained all the same: its ε is spent.
-        if (
-            exchange.status == "ok"
-            and isinstance(reply, UpdateReply)
-            and reply.epsilon is not None
-        ):
+        if trained and isinstance(reply, UpdateReply) and reply.epsilon is not None:
             epsilon[plan.client] = reply.epsilon
         books.book(
             plan.client,
@@ -186,6 +196,28 @@ async def train(
         )
         updates.append(update)
     return updates, epsilon, length
+
+
+def went_offline(
+    clock: SimClock, client: ClientId, start: float, length_s: float | None
+) -> float | None:
+    """Seconds into a task started at `start` at which its client goes
+    offline, if that is before its reply of `length_s` is back."""
+    if length_s is None:
+        return None
+    cut = clock.availability.offline_at(client, start, start + length_s)
+    return None if cut is None else cut - start
+
+
+def offline_exchange(exchange: Exchange, after_s: float) -> Exchange:
+    """The exchange of a client that went offline `after_s` into its task:
+    failed, its upload never made."""
+    return replace(
+        exchange,
+        status="failed",
+        reason=f"went offline {after_s:.4g} s into its task (availability)",
+        bytes_up=0,
+    )
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,9 @@ that plans probes), aggregate, evaluate. Whatever a client sends back is
 checked before it can reach a model (`validation.py`); what fails a check is
 refused, counted with its reason, and the round goes on without it. Messages
 travel through the courier (`courier.py`), which works the same above every
-runtime; simulated time comes from the `SimClock`.
+runtime; simulated time comes from the `SimClock`. Members offline when a
+round starts (the clock's availability schedule) sit it out; with nobody
+online, the round starts when the first comes online.
 
 Between rounds, `snapshot` returns everything the server holds that a resumed
 run needs, and `restore` puts it back (see `clusterfed.checkpoint`).
@@ -221,10 +223,15 @@ class ParameterServer:
             for client in leaving:
                 self.leave(client)
 
-    async def _play(self, active: list[ClientInfo], books: RoundBooks) -> RoundOutcome:
+    async def _play(self, members: list[ClientInfo], books: RoundBooks) -> RoundOutcome:
         round = books.round
+        waiting, active = self._online(members, books)
         describing = await self._describe(active, books)
-        plans = self.strategy.plan_round(self.state, round, active, self.rng)
+        plans = (
+            self.strategy.plan_round(self.state, round, active, self.rng)
+            if active
+            else []
+        )
         updates, epsilon, training = await phases.train(
             self.courier,
             self.clock,
@@ -233,6 +240,7 @@ class ParameterServer:
             self.train_config,
             self.deadline,
             self.limits,
+            start=self.clock.now + waiting + describing,
         )
         self.epsilon.update(epsilon)
         probes = [
@@ -254,7 +262,28 @@ class ParameterServer:
                 f"round {round}: aggregation refused, {problem};"
                 " the models stay as they were"
             )
-        return await self.close_round(books, active, describing + training + probing)
+        return await self.close_round(
+            books, members, waiting + describing + training + probing
+        )
+
+    def _online(
+        self, members: Sequence[ClientInfo], books: RoundBooks
+    ) -> tuple[float, list[ClientInfo]]:
+        """The members online when the round starts, the others' books
+        saying why they sit it out. With nobody online the round starts
+        when the first member comes online; returns that wait too."""
+        schedule, now = self.clock.availability, self.clock.now
+        returns = [schedule.next_online(c.id, now) for c in members]
+        first = min((t for t in returns if t is not None), default=now)
+        online = [
+            c
+            for c, t in zip(members, returns, strict=True)
+            if t is not None and t <= first
+        ]
+        for c in members:
+            if c not in online:
+                books.outcomes[c.id].reason = "offline (availability)"
+        return first - now, online
 
     async def close_round(
         self,

@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from clusterfed.actors import ClientSpec, ParameterServer, SimClock
 from clusterfed.actors.asynchronous import AsyncDriver
+from clusterfed.actors.availability import schedule
 from clusterfed.actors.clock import WaitAll
 from clusterfed.actors.runtimes import Runtime
 from clusterfed.actors.spec import PrivacyPlan, privacy_summary
@@ -31,7 +32,7 @@ from clusterfed.actors.trace import TraceMode, TraceWriter, TracingRuntime
 from clusterfed.errors import ConfigError, ScenarioWarning
 from clusterfed.protocol import Shutdown, Welcome, decode
 from clusterfed.scenarios import RunPlan, Scenario, ScenarioEngine, plan_run
-from clusterfed.scenarios.build import STRATEGY_STREAM
+from clusterfed.scenarios.build import AVAILABILITY_STREAM, STRATEGY_STREAM
 from clusterfed.scenarios.problems import scenario_warnings, unfired_time_events
 from clusterfed.seeding import numpy_rng
 
@@ -122,7 +123,11 @@ class Federation:
         )
         self.engine = ScenarioEngine(self.plan)
         self.global_test = GlobalTest(scenario, self.plan.dataset)
-        self.clock = SimClock()
+        self.clock = SimClock(
+            availability=schedule(
+                scenario.availability, scenario.seed, AVAILABILITY_STREAM
+            )
+        )
         self.server = build_server(self.plan, runtime, self.clock)
         self.driver: AsyncDriver | None = None
         if scenario.mode == "async":

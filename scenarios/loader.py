@@ -47,8 +47,19 @@ def load_scenario(source: str | Path | Scenario) -> Scenario:
         except tomllib.TOMLDecodeError as exc:
             raise ScenarioError(f"{path}: not valid TOML: {exc}") from exc
         data.setdefault("name", path.stem)
+        _beside(data, path.parent)
         return validate(data, source=str(path))
     return _from_script(path)
+
+
+def _beside(data: dict[str, Any], folder: Path) -> None:
+    """A relative availability trace path in a TOML file is relative to the
+    file's folder, wherever the command runs."""
+    availability = data.get("availability")
+    if isinstance(availability, dict) and isinstance(availability.get("path"), str):
+        trace = Path(availability["path"])
+        if not trace.is_absolute():
+            availability["path"] = str(folder / trace)
 
 
 def validate(data: Mapping[str, Any], *, source: str) -> Scenario:

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from clusterfed.actors import DeviceProfile
+from clusterfed.actors.availability import AlwaysOnline, Availability
 from clusterfed.actors.clock import DeadlinePolicy, WaitAll
 from clusterfed.actors.faults import FaultPlan
 from clusterfed.actors.spec import Accountant
@@ -289,6 +290,14 @@ class Scenario(_Spec):
         description="async: updates more server versions old than this are"
         " dropped (counted late)",
     )
+    availability: Availability = Field(
+        default_factory=AlwaysOnline,
+        description='when clients are online: "always", "diurnal" (period_s,'
+        ' online_fraction, seed) or "trace" (path: a CSV of client,'
+        " online_from, online_to in simulated seconds); an offline client is"
+        " not sampled or started, and one that goes offline while training"
+        " has failed",
+    )
     target_accuracy: float = Field(
         0.8,
         gt=0,
@@ -306,6 +315,13 @@ class Scenario(_Spec):
         if value is True:
             raise ValueError("give the budget, e.g. dp.epsilon = 10 (or dp = off)")
         return value
+
+    @field_validator("availability", mode="before")
+    @classmethod
+    def _availability_by_name(cls, value: Any) -> Any:
+        # `availability = "diurnal"` (or `--set availability=diurnal`) names
+        # the kind, with its defaults.
+        return {"kind": value} if isinstance(value, str) else value
 
     @field_validator("aggregator", mode="before")
     @classmethod
@@ -339,6 +355,12 @@ class Scenario(_Spec):
         for cid in self.devices:
             if cid >= total:
                 raise ValueError(f"devices: client {cid} does not exist ({known})")
+        for window in getattr(self.availability, "windows", []):
+            if window.client >= total:
+                raise ValueError(
+                    f"availability: the trace names client {window.client},"
+                    f" which does not exist ({known})"
+                )
         n_groups = self.transform_groups()
         for i, event in enumerate(self.events):
             where = f"events[{i}] ({event.kind})"
