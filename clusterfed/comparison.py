@@ -8,7 +8,7 @@ function.)
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,6 +115,8 @@ def compare(
             " several, not both"
         )
     chosen = None if seeds is None else resolve_seeds(seeds)
+    # Validated with the first algorithm, not the scenario's own: `--set
+    # mode=async` must hold for the algorithms compared, not for one left out.
     base = with_overrides(
         load_scenario(scenario),
         overrides,
@@ -122,6 +124,7 @@ def compare(
         rounds=rounds,
         clients=clients,
         seed=seed,
+        algorithm=algorithms[0],
     )
     # Validate every algorithm's parameters before the first run starts.
     variants = {name: with_overrides(base, algorithm=name) for name in algorithms}
@@ -193,13 +196,15 @@ def table(summaries: dict[str, dict[str, Any]]) -> str:
 
     Accuracies have four decimals, and `Δ final` is each final mean accuracy
     minus the first algorithm's, so that near-equal runs can be told apart
-    (`=` where they are exactly equal).
+    (`=` where they are exactly equal). `t→acc` is time_to_accuracy: the
+    simulated seconds until the mean client accuracy first reached the
+    scenario's target_accuracy (`-`: never).
     """
     width = max([9, *(len(name) for name in summaries)])
     header = (
         f"{'algorithm':<{width}} {'final acc':>10} {'± std':>7} {'Δ final':>8}"
         f" {'avg acc':>9} {'± std':>7} {'clusters':>8} {'ARI':>6} {'purity':>6}"
-        f" {'→p90':>5}"
+        f" {'→p90':>5} {'t→acc s':>9}"
     )
     lines = [header, "-" * len(header)]
     first = next(iter(summaries.values()), {}).get("final_mean_acc")
@@ -211,8 +216,21 @@ def table(summaries: dict[str, dict[str, Any]]) -> str:
             f" {_num(s['avg_mean_acc']):>9} {_num(s['avg_std_acc']):>7}"
             f" {s['n_clusters_final']!s:>8} {_num(s['ari_final'], 2):>6}"
             f" {_num(s['purity_final'], 2):>6} {s['rounds_to_purity90']!s:>5}"
+            f" {_num(s.get('time_to_accuracy'), 2):>9}"
         )
+    lines.append(_target_note(summaries.values()))
     return "\n".join(lines)
+
+
+def _target_note(summaries: Iterable[Summary]) -> str:
+    targets = sorted(
+        {s["target_accuracy"] for s in summaries if "target_accuracy" in s}
+    )
+    shown = ", ".join(f"{t:g}" for t in targets) or "the target_accuracy"
+    return (
+        f"t→acc: simulated seconds until the mean client accuracy first reached"
+        f" {shown} (-: never)"
+    )
 
 
 def _num(value: float | None, digits: int = 4) -> str:
@@ -242,7 +260,7 @@ def seeds_table(
     header = (
         f"{'algorithm':<{width}} {'n':>2} {'final acc':>15} {'Δ final':>16}"
         f" {'avg acc':>15} {'client std':>15} {'clusters':>8}"
-        f" {'ARI':>11} {'purity':>11}"
+        f" {'ARI':>11} {'purity':>11} {'t→acc s':>19}"
     )
     lines = [header, "-" * len(header)]
     first = next(iter(seed_summaries.values()), {})
@@ -256,6 +274,7 @@ def seeds_table(
             f" {_pm(i['avg_mean_acc']):>15} {_pm(i['final_std_acc']):>15}"
             f" {_num(clusters, 1):>8}"
             f" {_pm(i['ari_final'], 2):>11} {_pm(i['purity_final'], 2):>11}"
+            f" {_reached(i['time_to_accuracy'], len(summaries)):>19}"
         )
     n = max((len(s) for s in seed_summaries.values()), default=0)
     if n == 1:
@@ -265,7 +284,18 @@ def seeds_table(
             f"mean ± half-width of the {confidence:.0%} Student t interval over"
             f" the seeds; Δ final paired by seed with {next(iter(seed_summaries))}"
         )
+    every = [s for runs in seed_summaries.values() for s in runs.values()]
+    lines.append(
+        _target_note(every) + "; over the seeds that reached it, [k/n] when not all"
+    )
     return "\n".join(lines)
+
+
+def _reached(value: Interval, runs: int) -> str:
+    """time_to_accuracy over the seeds that reached the target, and how many
+    did when not all."""
+    text = _pm(value, 1)
+    return text if value.n == runs else f"{text} [{value.n}/{runs}]"
 
 
 def _pm(value: Interval, digits: int = 4, *, sign: bool = False) -> str:

@@ -7,6 +7,10 @@ are marked on the time axis, and the clients a drift moved are drawn in
 colour in the accuracy plot. Each plot draws all clients in one call: a
 run's plots cost a fraction of a second, whatever its size.
 
+Accuracy is drawn against simulated time too (`accuracy_time`, and a panel
+of `plot_runs`): asynchronous runs have no rounds, and a synchronous round
+lasts as long as its slowest client.
+
 `plot_runs` draws several runs (or a compare folder) side by side:
 `clusterfed plot DIR [DIR…]`.
 """
@@ -48,16 +52,20 @@ _PALETTE = [
 ]  # fmt: skip
 
 
-def plot_run(out: Path, rows: Sequence[Row], title: str) -> list[Path]:
-    """Write accuracy, clusters and clustering (.png and .pdf) into `out`."""
+def plot_run(
+    out: Path, rows: Sequence[Row], title: str, target: float | None = None
+) -> list[Path]:
+    """Write accuracy (over rounds and over simulated time), clusters and
+    clustering (.png and .pdf) into `out`; `target`: the accuracy whose
+    time_to_accuracy the summary reports, marked on the time plot."""
     if not rows:
         return []
     rounds = np.array([r["round"] for r in rows])
     ids = sorted({c["id"] for r in rows for c in r["clients"]})
+    accs = _grid(rows, ids, "acc")
     return [
-        *_accuracy(
-            out / "accuracy.png", rounds, _grid(rows, ids, "acc"), rows, ids, title
-        ),
+        *_accuracy(out / "accuracy.png", rounds, accs, rows, ids, title),
+        *_accuracy_time(out / "accuracy_time.png", rows, accs, title, target),
         *_clusters(out / "clusters.png", rounds, rows, ids, title),
         *_clustering(out / "clustering.png", rounds, rows, title),
     ]
@@ -121,16 +129,57 @@ def _accuracy(
             linewidth=1,
             label=f"client {cid} (drifted)" if n < 6 else None,
         )
-    counted = np.isfinite(accs).sum(axis=0)
-    mean = np.where(
-        counted > 0, np.nansum(accs, axis=0) / np.maximum(counted, 1), np.nan
-    )
-    ax.plot(rounds, mean, color="black", linewidth=2, label="mean")
+    ax.plot(rounds, _mean_of(accs), color="black", linewidth=2, label="mean")
     marks = _mark_events(ax, rows)
     ax.set(xlabel="round", ylabel="client accuracy", ylim=(0, 1), title=title)
     _integer_rounds(ax)
     handles, _ = ax.get_legend_handles_labels()
     ax.legend(handles=[*handles, *marks], loc="lower right", fontsize="small")
+    return _save(fig, path)
+
+
+def _mean_of(accs: np.ndarray) -> np.ndarray:
+    """The mean over clients of each round, NaN where none has a value."""
+    counted = np.isfinite(accs).sum(axis=0)
+    return np.where(
+        counted > 0, np.nansum(accs, axis=0) / np.maximum(counted, 1), np.nan
+    )
+
+
+def _accuracy_time(
+    path: Path,
+    rows: Sequence[Row],
+    accs: np.ndarray,
+    title: str,
+    target: float | None,
+) -> list[Path]:
+    """Per-client accuracy in grey and the mean in black against simulated
+    time (a row is plotted at its end); the target accuracy dashed, and the
+    time the mean first reached it marked."""
+    times = np.array([float(r["sim_time"]) for r in rows])
+    mean = _mean_of(accs)
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    ax.plot(times, accs.T, color="0.75", linewidth=0.8)
+    ax.plot(times, mean, color="black", linewidth=2, label="mean")
+    if target is not None:
+        ax.axhline(target, color="tab:blue", linestyle="--", linewidth=1)
+        reached = np.flatnonzero(np.nan_to_num(mean, nan=-1.0) >= target)
+        label = f"target {target:g}"
+        if reached.size:
+            when = times[reached[0]]
+            ax.axvline(when, color="tab:blue", linewidth=1, alpha=0.6)
+            label += f", reached at {when:.4g} s"
+        else:
+            label += ", not reached"
+        ax.plot([], [], color="tab:blue", linestyle="--", label=label)
+    ax.set(
+        xlabel="simulated time (s)",
+        ylabel="client accuracy",
+        ylim=(0, 1),
+        xlim=(0, max(float(times[-1]), 1e-9) * 1.02),
+        title=f"{title}: over simulated time",
+    )
+    ax.legend(loc="lower right", fontsize="small")
     return _save(fig, path)
 
 
@@ -268,22 +317,26 @@ def plot_runs(folders: Sequence[Path], out: Path) -> list[Path]:
     for folder in folders:
         for label, rows in _runs_in(folder):
             series[label].append(rows)
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    fig, grid = plt.subplots(2, 2, figsize=(11, 7.4))
+    acc, timed, clusters, ari = grid.flat
     for n, (name, runs) in enumerate(series.items()):
         colour = _PALETTE[n % len(_PALETTE)]
         # The legend says what the band is: min..max over runs, or clients.
         label = f"{name} ({len(runs)} runs)" if len(runs) > 1 else name
-        _series(axes[0], runs, _mean_acc, colour, label, band=_client_band)
-        _series(axes[1], runs, lambda r: r["n_clusters"], colour, label)
-        _series(axes[2], runs, lambda r: r["ari"], colour, label)
+        _series(acc, runs, _mean_acc, colour, label, band=_client_band)
+        _over_time(timed, runs, colour, label)
+        _series(clusters, runs, lambda r: r["n_clusters"], colour, label)
+        _series(ari, runs, lambda r: r["ari"], colour, label)
     for ax, ylabel in zip(
-        axes, ("mean client accuracy", "clusters", "ARI"), strict=True
+        (acc, clusters, ari), ("mean client accuracy", "clusters", "ARI"), strict=True
     ):
         ax.set(xlabel="round", ylabel=ylabel)
         _integer_rounds(ax)
-    axes[0].set_ylim(0, 1.02)
-    axes[1].yaxis.set_major_locator(MaxNLocator(integer=True))
-    axes[0].legend(loc="lower right", fontsize="small")
+    timed.set(xlabel="simulated time (s)", ylabel="mean client accuracy")
+    acc.set_ylim(0, 1.02)
+    timed.set_ylim(0, 1.02)
+    clusters.yaxis.set_major_locator(MaxNLocator(integer=True))
+    acc.legend(loc="lower right", fontsize="small")
     return _save(fig, out.with_suffix(".png"))
 
 
@@ -316,6 +369,25 @@ def _client_band(row: Row) -> tuple[float, float] | None:
         return None
     mean, std = float(np.mean(accs)), float(np.std(accs))
     return mean - std, mean + std
+
+
+def _over_time(ax: Any, runs: list[list[Row]], colour: str, label: str) -> None:
+    """Mean client accuracy against simulated time; over several runs, both
+    are the mean of the runs' rows of the same index (runs of one setting
+    differ in time by their seeds only)."""
+    length = min(len(rows) for rows in runs)
+    times = np.array([[float(r["sim_time"]) for r in rows[:length]] for rows in runs])
+    values = np.array(
+        [
+            [np.nan if (v := _mean_acc(r)) is None else v for r in rows[:length]]
+            for rows in runs
+        ]
+    )
+    with warnings.catch_warnings():  # a row where no run has a value
+        warnings.simplefilter("ignore", RuntimeWarning)
+        ax.plot(
+            times.mean(axis=0), np.nanmean(values, axis=0), color=colour, label=label
+        )
 
 
 def _series(

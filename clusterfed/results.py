@@ -249,7 +249,12 @@ class RunRecorder:
         self._stamp_config(
             finished_at=now(), interrupted=bool(summary.get("interrupted"))
         )
-        plot_run(self.out, self.rows, title or f"{scenario} · {algorithm}")
+        plot_run(
+            self.out,
+            self.rows,
+            title or f"{scenario} · {algorithm}",
+            target=summary.get("target_accuracy"),
+        )
         return summary
 
     def _stamp_config(self, **fields: Any) -> None:

@@ -26,6 +26,7 @@ METRICS = (
     "ari_final",
     "purity_final",
     "n_clusters_final",
+    "time_to_accuracy",
 )
 CONFIDENCE = 0.95
 
