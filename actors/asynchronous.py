@@ -23,7 +23,8 @@ then every client evaluates its current model.
 
 The real training runs when a task is started (the simulation knows the
 update's content and size then), but it is only used at its arrival time;
-events of the scenario (joins, drift, crashes) fire between aggregations.
+events of the scenario (joins, drift, crashes) fire between aggregations,
+and so are checkpoints taken (`snapshot`: the queue with its tasks in flight).
 
 Availability (`SimClock.availability`): an offline client is not started; it
 gets a wake-up event at the time it comes back online, when idle places are
@@ -96,6 +97,29 @@ class AsyncDriver:
         # Clients whose task failed in this aggregation rest until the next:
         # a failure takes no simulated time, and restarting at once would spin.
         self._resting: set[ClientId] = set()
+
+    def snapshot(self) -> dict[str, Any]:
+        """The driver between two aggregations, for a checkpoint (picklable):
+        the versions, and the event queue with the tasks in flight. A task in
+        flight was trained when it started and its reply is in the queue, so
+        a resumed run takes it at its arrival time as this run would."""
+        return {
+            "version": self.version,
+            "versions": dict(self.versions),
+            "heap": list(self._heap),
+            "seq": self._seq,
+            "waking": set(self._waking),
+        }
+
+    def restore(self, snapshot: Mapping[str, Any]) -> None:
+        """Take back what `snapshot` returned."""
+        self.version = int(snapshot["version"])
+        self.versions = dict(snapshot["versions"])
+        self._heap = list(snapshot["heap"])
+        heapq.heapify(self._heap)
+        self._seq = int(snapshot["seq"])
+        self._waking = set(snapshot["waking"])
+        self._resting = set()
 
     async def step(self, round: int) -> RoundOutcome:
         """Arrivals until the next aggregation; then every client evaluates."""

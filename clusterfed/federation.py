@@ -131,8 +131,6 @@ class Federation:
         self.server = build_server(self.plan, runtime, self.clock)
         self.driver: AsyncDriver | None = None
         if scenario.mode == "async":
-            if checkpoint_every is not None or resume is not None:
-                raise ConfigError("checkpoints are not available in async mode yet")
             self.driver = AsyncDriver(
                 self.server,
                 concurrency=scenario.concurrency,
@@ -275,12 +273,29 @@ class Federation:
     # -- checkpoints --------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
-        """The server's state and simulated now, between two rounds."""
-        return {**self.server.snapshot(), "sim_now": self.clock.now}
+        """The server's state and simulated now, between two rounds; in
+        async mode the driver's queue and tasks in flight too."""
+        snapshot = {**self.server.snapshot(), "sim_now": self.clock.now}
+        if self.driver is not None:
+            snapshot["driver"] = self.driver.snapshot()
+        return snapshot
 
     def restore(self, snapshot: Mapping[str, Any]) -> None:
+        """Take back what `snapshot` returned.
+
+        Raises:
+            ConfigError: the checkpoint's mode is not this run's.
+        """
+        if (self.driver is None) != ("driver" not in snapshot):
+            mode = "async" if "driver" in snapshot else "sync"
+            raise ConfigError(
+                f"checkpoint refused: it was taken in {mode} mode, this run's"
+                f" mode is {self.scenario.mode}"
+            )
         self.server.restore(snapshot)
         self.clock.now = float(snapshot["sim_now"])
+        if self.driver is not None:
+            self.driver.restore(snapshot["driver"])
 
     async def checkpoint(self) -> Path:
         """Write the run's state after its last recorded round."""
