@@ -8,9 +8,11 @@ simulated now, the scenario engine's position (its timeline, the clients'
 specs and ground-truth groups, who has crashed or straggles, its random
 stream), the results recorder's (how much of rounds.jsonl is written) and
 what the clients keep between rounds (each client's privacy accountant with
-local DP, a faulty client's memory), from the runtime that hosts them. A
-round's client work depends only on what it receives and on those, so the
-rounds after a resume are the rounds the run would have written.
+local DP, a faulty client's memory), from the runtime that hosts them; in
+asynchronous mode the driver's versions and event queue, with the tasks in
+flight (trained when they started, their replies waiting for their arrival
+time). A round's client work depends only on what it receives and on those,
+so the rounds after a resume are the rounds the run would have written.
 
 The file is written to a temporary name, flushed to disk, then renamed over
 the last one (`os.replace`), so a run killed at any moment leaves the
