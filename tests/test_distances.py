@@ -85,37 +85,182 @@ def test_common_origin_divergence_is_the_norm_ratio() -> None:
         assert_allclose(omega[i, j], expected, rtol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("metric", ["complete", "divergence", "euclidean"])
-def test_same_end_point_gives_distance_zero(metric: str) -> None:
+def test_same_end_point_gives_distance_zero(metric: str, dtype: type) -> None:
     # A=(0,0) → (1,1) and C=(2,0) → (1,1): one end point from two origins;
     # a third update elsewhere keeps the mean end point off (1,1).
-    starts = np.array([[0.0, 0.0], [2.0, 0.0], [5.0, 5.0]])
-    deltas = np.array([[1.0, 1.0], [-1.0, 1.0], [1.0, 0.0]])
+    starts = np.array([[0.0, 0.0], [2.0, 0.0], [5.0, 5.0]], dtype=dtype)
+    deltas = np.array([[1.0, 1.0], [-1.0, 1.0], [1.0, 0.0]], dtype=dtype)
     dist = pairwise_distances(starts, deltas, metric)
     assert dist[0, 1] == 0.0 and dist[1, 0] == 0.0
     assert dist[0, 2] > 0
     assert update_distance(starts[0], deltas[0], starts[1], deltas[1], metric) == 0.0
 
 
+# Float32 products (float32 inputs) agree with the float64 reference to a few
+# 1e-7 after centring; 2e-6 leaves room and still catches a missing centring
+# (errors of order 1 on the offset case) or a wrong term (order 1e-2 or more).
+FLOAT32_RTOL = 2e-6
+
+
 @pytest.mark.parametrize("metric", METRICS)
-@pytest.mark.parametrize("case", ["float64", "float32-offset", "one-origin"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "float64",
+        "float32",
+        "float32-offset",
+        "one-origin",
+        "float32-one-origin",
+        "shared-starts",
+        "float32-shared-starts",
+    ],
+)
 def test_gram_route_equals_the_per_pair_reference(metric: str, case: str) -> None:
     rng = np.random.default_rng(42)
     n, d = 7, 50
     starts: np.ndarray = rng.standard_normal((n, d))
     deltas: np.ndarray = 0.1 * rng.standard_normal((n, d))
-    if case == "float32-offset":
+    if case.endswith("offset"):
         # a large common offset is where a plain float32 Gram loses precision
-        starts = (starts + 1000.0).astype(np.float32)
-        deltas = deltas.astype(np.float32)
-    elif case == "one-origin":
+        starts = starts + 1000.0
+    elif case.endswith("one-origin"):
         starts = starts[0]
+    elif case.endswith("shared-starts"):
+        starts = starts[[0, 1, 0, 2, 1, 0, 0]]  # three clusters' models
+    rtol, atol = 1e-9, 1e-12
+    if case.startswith("float32"):
+        starts, deltas = starts.astype(np.float32), deltas.astype(np.float32)
+        rtol, atol = FLOAT32_RTOL, 1e-9
     gram = pairwise_distances(starts, deltas, metric)
     naive = naive_pairwise_distances(starts, deltas, metric)
     assert gram.dtype == np.float64 and gram.shape == (n, n)
-    assert_allclose(gram, naive, rtol=1e-9, atol=1e-12)
+    assert_allclose(gram, naive, rtol=rtol, atol=atol)
     assert_allclose(gram, gram.T)
     assert (np.diag(gram) == 0).all()
+
+
+def _dcfl_like(
+    scale: float, spread: float = 1.0, apart: float = 3.0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Float32 updates of 24 clients in 4 clusters: each starts from its
+    cluster's model (weights ~0.05 apart by `apart` updates), updates of
+    `scale` per parameter with a common part per cluster and `spread` of it
+    their own."""
+    rng = np.random.default_rng(7)
+    d, labels = 2000, np.arange(24) % 4
+    weights = rng.standard_normal(d) * 0.05
+    models = weights + rng.standard_normal((4, d)) * scale * apart
+    common = rng.standard_normal((4, d)) * scale
+    own = rng.standard_normal((24, d)) * scale * spread
+    return (
+        models[labels].astype(np.float32),
+        (common[labels] + own).astype(np.float32),
+    )
+
+
+@pytest.mark.parametrize(
+    ("scale", "apart", "own_rtol"),
+    [
+        (1e-2, 3.0, FLOAT32_RTOL),
+        (1e-6, 3.0, FLOAT32_RTOL),
+        (10.0, 3.0, FLOAT32_RTOL),
+        # each client from its own start, the clusters' models 100 updates
+        # apart: a within-cluster distance is 1/25 of the spread of the end
+        # points, so its square keeps ~25² · 3e-7 of relative error
+        (1e-2, 100.0, 5e-4),
+    ],
+    ids=["realistic", "tiny-updates", "large-updates", "clusters-far-apart"],
+)
+@pytest.mark.parametrize("metric", ["complete", "divergence", "euclidean"])
+def test_float32_distances_keep_their_digits_at_every_update_scale(
+    scale: float, apart: float, own_rtol: float, metric: str
+) -> None:
+    starts, deltas = _dcfl_like(scale, apart=apart)
+    dist = pairwise_distances(starts, deltas, metric)
+    # the reference reads the same float32 numbers, exactly, in float64
+    assert_allclose(
+        dist, naive_pairwise_distances(starts, deltas, metric), rtol=FLOAT32_RTOL
+    )
+    # each client from a start of its own: the end-point route, whose
+    # rounding is relative to the spread of all end points
+    own = starts + np.float32(scale) * np.arange(24, dtype=np.float32)[:, None]
+    assert_allclose(
+        pairwise_distances(own, deltas, metric),
+        naive_pairwise_distances(own, deltas, metric),
+        rtol=own_rtol,
+    )
+
+
+def test_near_identical_float32_updates_of_a_cluster_keep_their_digits() -> None:
+    # The updates of a cluster differ by 1e-4 of the update itself: their
+    # distances come from the updates less the cluster's mean update.
+    starts, deltas = _dcfl_like(1e-2, spread=1e-4)
+    assert_allclose(
+        pairwise_distances(starts, deltas),
+        naive_pairwise_distances(starts, deltas),
+        rtol=FLOAT32_RTOL,
+    )
+
+
+def test_a_near_duplicate_pair_loses_digits_as_documented() -> None:
+    # Clients 1 and 5 (one cluster) end 1e-2 of the spread of their updates
+    # apart: ‖B₁ − B₅‖² is ~1e-4 of the centred squares, whose float32
+    # rounding (≤ 3e-7 of them) leaves ≤ 3e-3 of it, half that in d. At 1e-4
+    # apart it is below _SAME_END_32 and the two read as one point.
+    starts, deltas = _dcfl_like(1e-2)
+    noise = np.random.default_rng(1).standard_normal(deltas.shape[1])
+    for apart, rtol in [(1e-2, 2e-3), (1e-4, None)]:
+        near = deltas.copy()
+        near[5] = near[1] + np.float32(apart * 1e-2) * noise
+        dist = pairwise_distances(starts, near)
+        naive = naive_pairwise_distances(starts, near)
+        if rtol is None:
+            assert dist[1, 5] == 0.0 < naive[1, 5]
+        else:
+            assert_allclose(dist[1, 5], naive[1, 5], rtol=rtol)
+        others = np.ones_like(dist, dtype=bool)
+        others[[1, 5], :] = others[:, [1, 5]] = False
+        assert_allclose(dist[others], naive[others], rtol=FLOAT32_RTOL)
+
+
+def test_the_two_routes_agree() -> None:
+    from clusterfed.algorithms import distances
+
+    rng = np.random.default_rng(9)
+    starts = rng.standard_normal((3, 40))[[0, 1, 1, 2, 0]]
+    deltas = rng.standard_normal((5, 40))
+    rows, which = distances._distinct_rows(starts, 5)
+    shared = distances._shared_start_sums(starts, rows, which, deltas, np.float64)
+    ends = distances._end_point_sums(starts, deltas, np.float64)
+    for field in ("end_sq", "numerator", "delta_sq"):
+        assert_allclose(getattr(shared, field), getattr(ends, field), atol=1e-10)
+
+
+def test_distinct_starts_are_equal_rows_only() -> None:
+    from clusterfed.algorithms import distances
+
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal(1000), rng.standard_normal(1000)
+    c = a.copy()
+    c[1] += 1.0  # not among the key columns: must still count as another start
+    rows, which = distances._distinct_rows(np.stack([a, b, a, c, b]), 5)
+    assert rows.tolist() == [0, 1, 3]
+    assert which.tolist() == [0, 1, 0, 2, 1]
+    rows, which = distances._distinct_rows(a, 3)
+    assert rows.tolist() == [0] and which.tolist() == [0, 0, 0]
+
+
+@pytest.mark.parametrize("value", [1e30, 1e-20], ids=["overflow", "underflow"])
+def test_float32_out_of_range_runs_in_float64(value: float) -> None:
+    rng = np.random.default_rng(4)
+    starts = (rng.standard_normal((6, 300)) * value).astype(np.float32)
+    deltas = (rng.standard_normal((6, 300)) * value).astype(np.float32)
+    with np.errstate(all="raise"):
+        dist = pairwise_distances(starts, deltas)
+    assert np.isfinite(dist).all()
+    assert_allclose(dist, naive_pairwise_distances(starts, deltas), rtol=1e-9)
 
 
 @pytest.mark.parametrize("metric", METRICS)
