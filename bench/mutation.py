@@ -52,6 +52,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
             "test_protocol.py",
             "test_server.py",
             "test_checkpoint.py",  # check_snapshot
+            "test_validation.py",  # each check alone, at its edges
         ],
     ),
     "privacy": (["actors/privacy.py"], ["test_dp.py", "test_trainer.py"]),

@@ -3,18 +3,24 @@ rounds.jsonl of a run that was never interrupted."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
 import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 import clusterfed
+from clusterfed.actors.validation import check_snapshot
+from clusterfed.algorithms import ClientInfo, ServerState
 from clusterfed.checkpoint import CHECKPOINT, read_checkpoint
 from clusterfed.cli import main
 from clusterfed.errors import ConfigError
@@ -22,6 +28,7 @@ from clusterfed.scenarios import Crash, Drift, Join, RotationTransform, load_sce
 from clusterfed.scenarios.events import Dropout
 from clusterfed.scenarios.spec import DPSpec, Faulty
 from clusterfed.scenarios.timeline import Timeline
+from clusterfed.types import ClientId, ClusterId
 from helpers import read_rounds, small_scenario
 
 EVENTS = """\
@@ -243,3 +250,179 @@ def test_a_rebuilt_timeline_hands_out_what_the_old_one_would_have() -> None:
             head.due(r, times[r])
         rebuilt = Timeline(scenario.events, head.fired)
         assert [rebuilt.due(r, times[r]) for r in range(cut, 30)] == trace[cut:]
+
+
+# -- check_snapshot, on snapshots built by hand -----------------------------------
+
+N_WEIGHTS = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class WiderState(ServerState):
+    """Another strategy's state: a ServerState with one field more."""
+
+    dunn: float = 0.0
+
+
+def fitting_snapshot(**changes: Any) -> dict[str, Any]:
+    """A snapshot that fits a run of 4 weights, at the edges of what is allowed:
+    round and next id 0, a client that declared no sample and spent no ε (int 0),
+    one class."""
+    models = {
+        ClusterId(0): np.zeros(N_WEIGHTS, np.float32),
+        ClusterId(1): np.full(N_WEIGHTS, -2.5, np.float32),
+    }
+    snapshot: dict[str, Any] = {
+        "round": 0,
+        "state": ServerState(
+            models=models,
+            assignment={ClientId(0): ClusterId(1), ClientId(1): ClusterId(0)},
+        ),
+        "rng": np.random.default_rng(0),
+        "clients": {
+            ClientId(0): ClientInfo(ClientId(0), n_train=0),
+            ClientId(1): ClientInfo(ClientId(1), n_train=9, joined_round=2),
+        },
+        "next_id": 0,
+        "epsilon": {ClientId(0): 0, ClientId(1): 0.0},
+        "described": set(),
+        "n_classes": 1,
+        "departed": set(),
+        "rejections": [],
+    }
+    return snapshot | changes
+
+
+def with_models(**models: np.ndarray) -> ServerState:
+    """The fitting snapshot's state with cluster `c<k>`'s model replaced."""
+    state = fitting_snapshot()["state"]
+    replaced = dict(state.models)
+    replaced.update({ClusterId(int(k[1:])): m for k, m in models.items()})
+    return state.replace(models=replaced)
+
+
+@pytest.mark.parametrize("n_classes", [1, 10, None])
+def test_a_snapshot_at_the_edges_of_what_fits_is_taken(n_classes: int | None) -> None:
+    snapshot = fitting_snapshot(n_classes=n_classes)
+    assert check_snapshot(snapshot, ServerState, N_WEIGHTS) is None
+    # another strategy's state that extends this run's type is one of it
+    wider = WiderState(models=snapshot["state"].models, assignment={})
+    assert check_snapshot(snapshot | {"state": wider}, ServerState, N_WEIGHTS) is None
+
+
+def test_a_snapshot_missing_keys_names_them_all_in_order() -> None:
+    snapshot = fitting_snapshot()
+    del snapshot["rng"], snapshot["epsilon"]
+    assert check_snapshot(snapshot, ServerState, N_WEIGHTS) == (
+        "the server state lacks epsilon, rng"
+    )
+
+
+DAMAGED: dict[str, tuple[dict[str, Any], str]] = {
+    "another strategy's state": (
+        {"state": ServerState(models={}, assignment={})},
+        # judged against WiderState below
+        "the strategy state is a ServerState, this run's strategy keeps a WiderState",
+    ),
+    "no model": (
+        {"state": ServerState(models={}, assignment={})},
+        "the strategy state holds no model",
+    ),
+    "a float64 model": (
+        {"state": with_models(c1=np.zeros(N_WEIGHTS))},
+        "cluster 1's model is not a float32 vector",
+    ),
+    "a list for a model": (
+        {"state": with_models(c1=[0.0] * N_WEIGHTS)},  # type: ignore[arg-type]
+        "cluster 1's model is not a float32 vector",
+    ),
+    "a weight short": (
+        {"state": with_models(c1=np.zeros(N_WEIGHTS - 1, np.float32))},
+        "cluster 1's model has shape (3,), the run's model has 4 weights",
+    ),
+    "an Inf weight": (
+        {"state": with_models(c1=np.array([0, 0, np.inf, 0], np.float32))},
+        "cluster 1's model holds NaN or Inf",
+    ),
+    # every weight finite in float32, the norm (2 × 3e38) not: the next
+    # forward pass would overflow
+    "a norm past float32": (
+        {"state": with_models(c1=np.full(N_WEIGHTS, 3e38, np.float32))},
+        "cluster 1's model would not be finite",
+    ),
+    "a list for a registry": (
+        {"clients": [ClientInfo(ClientId(0), 0), ClientInfo(ClientId(1), 9)]},
+        "the client registry is not one of client ids to their ClientInfo",
+    ),
+    "a registry entry under another id": (
+        {"clients": {ClientId(0): ClientInfo(ClientId(0), 0), 1: ClientInfo(2, 9)}},
+        "the client registry is not one of client ids to their ClientInfo",
+    ),
+    "a negative n_train": (
+        {"clients": {ClientId(0): ClientInfo(ClientId(0), 0), 1: ClientInfo(1, -1)}},
+        "the client registry is not one of client ids to their ClientInfo",
+    ),
+    "a look-alike of ClientInfo": (
+        {
+            "clients": {
+                ClientId(0): ClientInfo(ClientId(0), 0),
+                1: types.SimpleNamespace(id=1, n_train=9, joined_round=0),
+            }
+        },
+        "the client registry is not one of client ids to their ClientInfo",
+    ),
+    "an assigned client not registered": (
+        {"clients": {ClientId(1): ClientInfo(ClientId(1), 9)}},
+        "client 0 is assigned a cluster but is not registered",
+    ),
+    "a cluster without a model": (
+        {
+            "state": ServerState(
+                models={ClusterId(0): np.zeros(N_WEIGHTS, np.float32)},
+                assignment={ClientId(0): ClusterId(0), ClientId(1): ClusterId(5)},
+            )
+        },
+        "client 1 is assigned cluster 5, which has no model",
+    ),
+    "a legacy RandomState": (
+        {"rng": np.random.RandomState(0)},
+        "the strategy's random stream is not a numpy Generator",
+    ),
+    "a negative round": ({"round": -1}, "round is -1, expected a count"),
+    "a bool round": ({"round": True}, "round is True, expected a count"),
+    "a float round": ({"round": 1.5}, "round is 1.5, expected a count"),
+    "a text round": ({"round": "3"}, "round is '3', expected a count"),
+    "a negative next_id": ({"next_id": -1}, "next_id is -1, expected a count"),
+    "a bool next_id": ({"next_id": False}, "next_id is False, expected a count"),
+    "a list of ε": (
+        {"epsilon": [0.0, 1.0]},
+        "the privacy books (epsilon) hold a value that is not a finite ε",
+    ),
+    "an infinite ε": (
+        {"epsilon": {ClientId(0): 0.0, ClientId(1): math.inf}},
+        "the privacy books (epsilon) hold a value that is not a finite ε",
+    ),
+    "a NaN ε": (
+        {"epsilon": {ClientId(0): math.nan}},
+        "the privacy books (epsilon) hold a value that is not a finite ε",
+    ),
+    "a negative ε": (
+        {"epsilon": {ClientId(0): -0.5}},
+        "the privacy books (epsilon) hold a value that is not a finite ε",
+    ),
+    "an ε written as text": (
+        {"epsilon": {ClientId(0): "0.5"}},
+        "the privacy books (epsilon) hold a value that is not a finite ε",
+    ),
+    "no class": ({"n_classes": 0}, "n_classes is 0"),
+    "a float class count": ({"n_classes": 2.0}, "n_classes is 2.0"),
+    "a text class count": ({"n_classes": "10"}, "n_classes is '10'"),
+}
+
+
+@pytest.mark.parametrize("case", list(DAMAGED))
+def test_a_damaged_snapshot_is_refused_naming_what_is_wrong(case: str) -> None:
+    changes, reason = DAMAGED[case]
+    state_type = WiderState if case == "another strategy's state" else ServerState
+    snapshot = fitting_snapshot(**changes)
+    assert check_snapshot(snapshot, state_type, N_WEIGHTS) == reason
