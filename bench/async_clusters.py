@@ -30,6 +30,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+# The same reading of a curve at a simulated time as the stragglers' bench.
+from async_stragglers import accuracy_at  # noqa: E402
+
 import clusterfed  # noqa: E402
 from clusterfed.scenarios import Drift, Join, load_scenario, with_overrides  # noqa: E402
 
@@ -61,12 +64,6 @@ def scenario() -> clusterfed.Scenario:
             ]
         }
     )
-
-
-def accuracy_at(times: list[float], accs: list[float], t: float) -> float | None:
-    """The mean accuracy of the last row recorded by simulated time `t`."""
-    before = [a for s, a in zip(times, accs, strict=True) if s <= t]
-    return before[-1] if before else None
 
 
 def main() -> None:

@@ -22,6 +22,7 @@ from .seeds import (
     CONFIDENCE,
     Interval,
     interval,
+    paired_differences,
     resolve_seeds,
     seed_statistics,
     seeds_label,
@@ -311,12 +312,7 @@ def _pm(value: Interval, digits: int = 4, *, sign: bool = False) -> str:
 def _paired_delta(
     summaries: dict[int, Summary], first: dict[int, Summary], confidence: float
 ) -> str:
-    key = "final_mean_acc"
-    diffs = [
-        s[key] - first[seed][key]
-        for seed, s in summaries.items()
-        if seed in first and s[key] is not None and first[seed][key] is not None
-    ]
+    diffs = paired_differences(summaries, first, "final_mean_acc")
     if not diffs:
         return "-"
     if not any(diffs):

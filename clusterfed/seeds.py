@@ -84,6 +84,22 @@ def seed_statistics(
     }
 
 
+def paired_differences(
+    a: Mapping[int, Mapping[str, Any]],
+    b: Mapping[int, Mapping[str, Any]],
+    metric: str,
+) -> list[float]:
+    """`a` minus `b` on `metric`, seed by seed, over the seeds both ran with
+    a value in both (seed → summary on each side)."""
+    return [
+        float(a[seed][metric]) - float(b[seed][metric])
+        for seed in a
+        if seed in b
+        and a[seed].get(metric) is not None
+        and b[seed].get(metric) is not None
+    ]
+
+
 def resolve_seeds(seeds: int | Sequence[int]) -> list[int]:
     """The seeds to run: an int is a count (3 → 0, 1, 2), a sequence is the
     seeds themselves.

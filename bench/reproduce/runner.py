@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterfed.comparison import CompareResult, compare
-from clusterfed.seeds import Interval, interval
+from clusterfed.seeds import Interval, interval, paired_differences
 
 # The repository root: the page names run folders relative to it.
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,14 +80,8 @@ class Outcome:
 
     def paired(self, a: str, b: str, metric: str = "final_mean_acc") -> Interval:
         """`a` minus `b` on `metric`, seed by seed, with its interval."""
-        pairs = [
-            (
-                self.seed_summaries[a][s].get(metric),
-                self.seed_summaries[b][s].get(metric),
-            )
-            for s in self.seeds
-        ]
-        return interval([x - y for x, y in pairs if x is not None and y is not None])
+        by_seed = self.seed_summaries
+        return interval(paired_differences(by_seed[a], by_seed[b], metric))
 
 
 # What the paper sections look their runs up in: (dataset, experiment key).
