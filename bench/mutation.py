@@ -63,6 +63,67 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     ),
     "dcfl": (["algorithms/dcfl.py"], ["test_dcfl.py", "test_strategy_conformance.py"]),
     "distances": (["algorithms/distances.py"], ["test_distances.py", "test_dcfl.py"]),
+    # the rest of algorithms/ and scenarios/ in groups one person can work through;
+    # "algorithms" and "scenarios" below are their unions
+    "cfl": (["algorithms/cfl.py"], ["test_cfl.py", "test_strategy_conformance.py"]),
+    "identity": (
+        ["algorithms/ifca.py", "algorithms/gradloss.py"],
+        ["test_identity.py", "test_strategy_conformance.py"],
+    ),
+    "async": (
+        [
+            "algorithms/fedasync.py",
+            "algorithms/fedbuff.py",
+            "algorithms/_buffers.py",
+            "algorithms/_staleness.py",
+        ],
+        ["test_async.py", "test_async_clusters.py", "test_strategy_conformance.py"],
+    ),
+    "ocfl": (["algorithms/ocfl.py"], ["test_ocfl.py", "test_strategy_conformance.py"]),
+    "fedac": (
+        ["algorithms/fedac.py"],
+        ["test_fedac.py", "test_strategy_conformance.py"],
+    ),
+    "cafa": (["algorithms/cafa.py"], ["test_cafa.py", "test_strategy_conformance.py"]),
+    "base": (
+        [
+            "algorithms/robust.py",
+            "algorithms/fedprox.py",
+            "algorithms/base.py",
+            "algorithms/registry.py",
+        ],
+        [
+            "test_byzantine.py",
+            "test_fedprox.py",
+            "test_plugin_algorithm.py",
+            "test_strategy_conformance.py",
+        ],
+    ),
+    "timeline": (
+        [
+            "scenarios/engine.py",
+            "scenarios/events.py",
+            "scenarios/timeline.py",
+            "scenarios/transforms.py",
+        ],
+        ["test_events.py", "test_scenarios.py", "test_data.py"],
+    ),
+    "specs": (
+        [
+            f"scenarios/{name}"
+            for name in (
+                "__init__.py",
+                "build.py",
+                "builtin.py",
+                "loader.py",
+                "papers.py",
+                "papers_fmnist.py",
+                "problems.py",
+                "spec.py",
+            )
+        ],
+        ["test_scenarios.py", "test_events.py", "test_cli.py"],
+    ),
     "algorithms": (
         [
             f"algorithms/{p.name}"
