@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,73 @@ def read_rounds(out: Path) -> list[dict[str, Any]]:
     return [
         json.loads(line) for line in (out / "rounds.jsonl").read_text().splitlines()
     ]
+
+
+# The results contract of DESIGN §8, restated here: users' clones have no ../shared.
+ROUND_KEYS = {
+    "round",
+    "sim_time",
+    "wall_time",
+    "n_clusters",
+    "ari",
+    "purity",
+    "bytes_up",
+    "bytes_down",
+    "epsilon_max",
+    "events",
+    "clients",
+}
+CLIENT_KEYS = {"id", "group", "cluster", "acc", "loss", "late", "failed"}
+SUMMARY_KEYS = set(
+    [
+        "algorithm",
+        "scenario",
+        "rounds",
+        "final_mean_acc",
+        "final_std_acc",
+        "avg_mean_acc",
+        "avg_std_acc",
+        "ari_final",
+        "purity_final",
+        "rounds_to_purity90",
+        "n_clusters_final",
+        "epsilon_max",
+        "late_updates",
+        "failed_updates",
+        "rejected_messages",
+        "wall_s",
+        "sim_s",
+    ]
+)
+
+
+def assert_results_contract(out: Path) -> None:
+    json.loads((out / "config.json").read_text())
+    rows = read_rounds(out)
+    assert rows and [r["round"] for r in rows] == sorted({r["round"] for r in rows})
+    for row in rows:
+        assert row.keys() >= ROUND_KEYS
+        assert isinstance(row["events"], list)
+        for client in row["clients"]:
+            assert client.keys() >= CLIENT_KEYS
+            assert client["acc"] is None or 0.0 <= client["acc"] <= 1.0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary.keys() >= SUMMARY_KEYS
+    for key in ("final_mean_acc", "final_std_acc", "avg_mean_acc", "avg_std_acc"):
+        assert math.isfinite(summary[key])
+    assert {"accuracy.png", "clusters.png", "clustering.png"} <= {
+        p.name for p in out.iterdir()
+    }
+
+
+def assert_compare_contract(out: Path) -> None:
+    """A compare folder as the contract reads it: comparison.json maps each
+    key to a full summary, and the key, a path below `out`, is a run folder."""
+    table = json.loads((out / "comparison.json").read_text())
+    assert table
+    for name, summary in table.items():
+        assert summary.keys() >= SUMMARY_KEYS, name
+        assert_results_contract(out / name)
 
 
 Tamper = Callable[[ClientId, bytes, bytes], bytes]

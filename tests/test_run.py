@@ -3,69 +3,12 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pytest
 
 import clusterfed
-from helpers import read_rounds, small_scenario
-
-# The results contract of DESIGN §8, restated here: users' clones have no ../shared.
-ROUND_KEYS = {
-    "round",
-    "sim_time",
-    "wall_time",
-    "n_clusters",
-    "ari",
-    "purity",
-    "bytes_up",
-    "bytes_down",
-    "epsilon_max",
-    "events",
-    "clients",
-}
-CLIENT_KEYS = {"id", "group", "cluster", "acc", "loss", "late", "failed"}
-SUMMARY_KEYS = set(
-    [
-        "algorithm",
-        "scenario",
-        "rounds",
-        "final_mean_acc",
-        "final_std_acc",
-        "avg_mean_acc",
-        "avg_std_acc",
-        "ari_final",
-        "purity_final",
-        "rounds_to_purity90",
-        "n_clusters_final",
-        "epsilon_max",
-        "late_updates",
-        "failed_updates",
-        "rejected_messages",
-        "wall_s",
-        "sim_s",
-    ]
-)
-
-
-def assert_results_contract(out: Path) -> None:
-    json.loads((out / "config.json").read_text())
-    rows = read_rounds(out)
-    assert rows and [r["round"] for r in rows] == sorted({r["round"] for r in rows})
-    for row in rows:
-        assert row.keys() >= ROUND_KEYS
-        assert isinstance(row["events"], list)
-        for client in row["clients"]:
-            assert client.keys() >= CLIENT_KEYS
-            assert client["acc"] is None or 0.0 <= client["acc"] <= 1.0
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary.keys() >= SUMMARY_KEYS
-    for key in ("final_mean_acc", "final_std_acc", "avg_mean_acc", "avg_std_acc"):
-        assert math.isfinite(summary[key])
-    assert {"accuracy.png", "clusters.png", "clustering.png"} <= {
-        p.name for p in out.iterdir()
-    }
+from helpers import assert_results_contract, read_rounds, small_scenario
 
 
 def test_quickstart_reaches_the_accuracy_of_a_plain_loop(tmp_path: Path) -> None:
