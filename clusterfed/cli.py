@@ -341,8 +341,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N|S,S,...",
         help="run every algorithm on several seeds and report the mean and 95%%"
         " interval over them: a single number is a count (3: seeds 0,1,2), a"
-        " comma-separated list names the seeds (0,1,2); runs go into"
-        " OUT/<algorithm>/seed<s>/. Not with --seed",
+        " comma-separated list names the seeds (0,1,2); each seed's comparison"
+        " goes into OUT/seed<s>/ (runs OUT/seed<s>/<algorithm>/), the intervals"
+        " into OUT/seeds.json. Not with --seed",
     )
     compare.set_defaults(command=_compare)
 

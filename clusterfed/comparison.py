@@ -1,6 +1,12 @@
 """`compare`: several algorithms on one scenario, side by side, on one seed
 or on several (mean and confidence interval over the seeds).
 
+The layout (DESIGN §8): on one seed `<out>/<algorithm>/` per run and
+`<out>/comparison.json` (algorithm → summary). Over seeds, `<out>/seed<s>/`
+is that one-seed folder for each seed, `<out>/comparison.json` maps every
+run's folder (`seed<s>/<algorithm>`) to its summary, and `<out>/seeds.json`
+holds the intervals over the seeds (`seeds.seeds_json`).
+
 (The module is not named `compare`, so that `clusterfed.compare` stays the
 function.)
 """
@@ -25,10 +31,25 @@ from .seeds import (
     paired_differences,
     resolve_seeds,
     seed_statistics,
+    seeds_json,
     seeds_label,
 )
 
 Summary = dict[str, Any]
+COMPARISON = "comparison.json"
+SEEDS = "seeds.json"
+
+
+def seed_folder(out: Path, seed: int) -> Path:
+    """The one-seed compare folder of `seed` in a comparison over seeds."""
+    return out / f"seed{seed}"
+
+
+def run_folder(out: Path, algorithm: str, seed: int | None = None) -> Path:
+    """Where a comparison in `out` writes `algorithm`'s run: `<algorithm>/`
+    on one seed (`seed` None), `seed<s>/<algorithm>/` over seeds."""
+    base = out if seed is None else seed_folder(out, seed)
+    return base / safe_name(algorithm)
 
 
 @dataclass(frozen=True)
@@ -36,7 +57,7 @@ class CompareResult:
     """The runs of a comparison: algorithm → seed → run (`by_seed`).
 
     `seeds` is None for a comparison on one seed (`<out>/<algorithm>/`), the
-    seeds asked for otherwise (`<out>/<algorithm>/seed<s>/`).
+    seeds asked for otherwise (`<out>/seed<s>/<algorithm>/`).
     """
 
     out: Path
@@ -99,11 +120,15 @@ def compare(
     default is a new folder `runs/<scenario>-compare-seed<seed>-<hash>-<time>`.
     Other keyword arguments go to `run`.
 
-    With `seeds` (a count: 3 runs seeds 0, 1, 2; or a list of seeds) every
-    algorithm runs on each seed into `<out>/<algorithm>/seed<s>/`, and
-    comparison.json holds per algorithm the seeds' summaries and, per metric,
-    the mean and 95 % Student t interval over the seeds (see
-    `comparison_json`); the default folder is
+    With `seeds` (a count: 3 runs seeds 0, 1, 2; or a list of seeds) each
+    seed gets a one-seed comparison of its own, `<out>/seed<s>/` (its runs
+    `<out>/seed<s>/<algorithm>/` and its comparison.json); `<out>/comparison.json`
+    maps each run's folder, `seed<s>/<algorithm>`, to its summary, and
+    `<out>/seeds.json` holds per algorithm and metric the mean and 95 %
+    Student t interval over the seeds and the paired differences with the
+    first algorithm (`seeds.seeds_json`). Both are written again after each
+    seed, so a comparison stopped midway is a whole one over the seeds that
+    finished. The default folder is
     `runs/<scenario>-compare-seeds<seeds>-<hash>-<time>`.
     """
     if not algorithms:
@@ -135,45 +160,58 @@ def compare(
         folder = claim(default_compare_out(base, chosen))
         point_latest(folder)
     if chosen is None:
-        by_seed = {
-            safe_name(name): {
-                base.seed: run(variant, out=folder / safe_name(name), **run_options)
-            }
-            for name, variant in variants.items()
+        return _compare_one(folder, variants, **run_options)
+    by_seed: dict[str, dict[int, RunResult]] = {
+        safe_name(name): {} for name in variants
+    }
+    done: list[int] = []
+    # Seed by seed, so that a comparison stopped midway has whole seeds.
+    for s in chosen:
+        one = _compare_one(
+            seed_folder(folder, s),
+            {name: with_overrides(v, seed=s) for name, v in variants.items()},
+            **run_options,
+        )
+        for name, runs in one.by_seed.items():
+            by_seed[name][s] = runs[s]
+        done.append(s)
+        so_far = CompareResult(folder, by_seed, tuple(done))
+        _write(folder / COMPARISON, comparison_json(so_far))
+        _write(folder / SEEDS, seeds_json(so_far.seed_summaries))
+    return CompareResult(folder, by_seed, tuple(chosen))
+
+
+def _compare_one(
+    folder: Path, variants: dict[str, Scenario], **run_options: Any
+) -> CompareResult:
+    """Every variant (one seed) into `folder/<algorithm>/`, then
+    `folder/comparison.json`."""
+    by_seed = {
+        safe_name(name): {
+            variant.seed: run(variant, out=run_folder(folder, name), **run_options)
         }
-        result = CompareResult(folder, by_seed)
-    else:
-        by_seed = {safe_name(name): {} for name in variants}
-        # Seed by seed, so that a comparison stopped midway has whole seeds.
-        for s in chosen:
-            for name, variant in variants.items():
-                by_seed[safe_name(name)][s] = run(
-                    with_overrides(variant, seed=s),
-                    out=folder / safe_name(name) / f"seed{s}",
-                    **run_options,
-                )
-        result = CompareResult(folder, by_seed, tuple(chosen))
-    (folder / "comparison.json").write_text(
-        json.dumps(comparison_json(result), indent=2) + "\n"
-    )
+        for name, variant in variants.items()
+    }
+    result = CompareResult(folder, by_seed)
+    _write(folder / COMPARISON, comparison_json(result))
     return result
 
 
-def comparison_json(result: CompareResult) -> dict[str, Any]:
-    """What comparison.json holds: on one seed, algorithm → summary; over
-    seeds, algorithm → {"seeds", "confidence", "statistics" (metric → n,
-    mean, std, half_width, low, high), "summaries" (seed → summary)}."""
+def _write(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def comparison_json(result: CompareResult) -> dict[str, Summary]:
+    """What comparison.json holds: each run's folder, relative to the
+    comparison's, → the run's summary. On one seed the folder is the
+    algorithm (algorithm → summary, DESIGN §8); over seeds it is
+    `seed<s>/<algorithm>`, seed by seed in the order they ran."""
     if result.seeds is None:
         return result.summaries
-    statistics = result.statistics
     return {
-        name: {
-            "seeds": list(result.seeds),
-            "confidence": CONFIDENCE,
-            "statistics": {m: i.as_json() for m, i in statistics[name].items()},
-            "summaries": {str(s): summary for s, summary in summaries.items()},
-        }
-        for name, summaries in result.seed_summaries.items()
+        run_folder(Path(), name, s).as_posix(): runs[s].summary
+        for s in result.seeds
+        for name, runs in result.by_seed.items()
     }
 
 

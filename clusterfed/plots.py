@@ -302,8 +302,7 @@ def _save(fig: Any, path: Path, *, margins: bool = True) -> list[Path]:
 def plot_runs(folders: Sequence[Path], out: Path) -> list[Path]:
     """Mean client accuracy (with a band), number of clusters and ARI per
     round of several runs side by side; a compare folder stands for its runs
-    (over seeds too: `<algorithm>/seed<s>/`), and so does an algorithm's
-    folder of seeds.
+    (over seeds too: `seed<s>/<algorithm>/`, or one seed's with `seed<s>/`).
 
     Runs with the same scenario and algorithm (seeds of one setting) are
     aggregated: the line is the mean over runs, the band their min..max (the
@@ -342,14 +341,12 @@ def plot_runs(folders: Sequence[Path], out: Path) -> list[Path]:
 
 def _runs_in(folder: Path) -> list[tuple[str, list[Row]]]:
     """(label, rows) of the run in `folder`, or of the runs of a compare
-    folder (`<algorithm>/`, or `<algorithm>/seed<s>/` over seeds)."""
+    folder: comparison.json's keys are its runs' folders (`<algorithm>`, or
+    `seed<s>/<algorithm>` over seeds)."""
     if (folder / "comparison.json").exists():
         names = json.loads((folder / "comparison.json").read_text())
         return [run for name in names for run in _runs_in(folder / name)]
     rounds = folder / "rounds.jsonl"
-    seeds = sorted(folder.glob("seed*/rounds.jsonl")) if folder.is_dir() else []
-    if not rounds.is_file() and seeds:
-        return [run for found in seeds for run in _runs_in(found.parent)]
     if not rounds.is_file():
         raise ValueError(f"{folder}: no rounds.jsonl (not a results folder)")
     rows = [json.loads(line) for line in rounds.read_text().splitlines() if line]

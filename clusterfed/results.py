@@ -90,12 +90,13 @@ def load(out: str | Path) -> RunResult:
     folder = Path(out)
     rounds = folder / "rounds.jsonl"
     if (folder / "comparison.json").exists() or (
-        not rounds.exists() and any(folder.glob("seed*/rounds.jsonl"))
+        not rounds.exists() and any(folder.glob("seed*/*/rounds.jsonl"))
     ):
-        # A compare folder, or one algorithm's seeds in a compare over seeds.
+        # A compare folder, over seeds too (`seed<s>/<algorithm>/`), or one
+        # stopped before its first seed was done.
         runs = sorted(
-            str(p.parent.relative_to(folder))
-            for pattern in ("*/rounds.jsonl", "*/seed*/rounds.jsonl")
+            p.parent.relative_to(folder).as_posix()
+            for pattern in ("*/rounds.jsonl", "seed*/*/rounds.jsonl")
             for p in folder.glob(pattern)
         )
         raise ConfigError(

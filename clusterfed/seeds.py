@@ -100,6 +100,50 @@ def paired_differences(
     ]
 
 
+def seeds_json(
+    seed_summaries: Mapping[str, Mapping[int, Mapping[str, Any]]],
+    confidence: float = CONFIDENCE,
+) -> dict[str, Any]:
+    """What a comparison over seeds writes to seeds.json, from algorithm →
+    seed → summary: `seeds` (those every algorithm ran, in run order),
+    `confidence`, `statistics` (algorithm → metric → `Interval.as_json`),
+    `reference` (the first algorithm) and `paired_differences` (every other
+    algorithm → metric → the interval of its value minus the reference's,
+    seed by seed)."""
+    names = list(seed_summaries)
+    reference = names[0] if names else None
+    seeds = [
+        seed
+        for seed in (seed_summaries[reference] if reference is not None else ())
+        if all(seed in seed_summaries[name] for name in names)
+    ]
+    return {
+        "seeds": seeds,
+        "confidence": confidence,
+        "statistics": {
+            name: {
+                metric: found.as_json()
+                for metric, found in seed_statistics(summaries, confidence).items()
+            }
+            for name, summaries in seed_summaries.items()
+        },
+        "reference": reference,
+        "paired_differences": {
+            name: {
+                metric: interval(
+                    paired_differences(
+                        seed_summaries[name], seed_summaries[reference], metric
+                    ),
+                    confidence,
+                ).as_json()
+                for metric in METRICS
+            }
+            for name in names[1:]
+            if reference is not None
+        },
+    }
+
+
 def resolve_seeds(seeds: int | Sequence[int]) -> list[int]:
     """The seeds to run: an int is a count (3 → 0, 1, 2), a sequence is the
     seeds themselves.

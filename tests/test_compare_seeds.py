@@ -1,11 +1,13 @@
 """`compare` over several seeds: the seeds asked for, the intervals, the
-layout, comparison.json, the table and the plot (issue 16)."""
+layout (a one-seed comparison per seed, comparison.json, seeds.json), the
+table and the plot (issue 16)."""
 
 from __future__ import annotations
 
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,7 +16,12 @@ from scipy import stats
 
 import clusterfed
 from clusterfed.cli import main
-from clusterfed.comparison import CompareResult, default_compare_out, seeds_table
+from clusterfed.comparison import (
+    CompareResult,
+    default_compare_out,
+    run_folder,
+    seeds_table,
+)
 from clusterfed.errors import ConfigError
 from clusterfed.seeds import (
     METRICS,
@@ -22,8 +29,9 @@ from clusterfed.seeds import (
     parse_seeds,
     resolve_seeds,
     seed_statistics,
+    seeds_json,
 )
-from helpers import small_scenario
+from helpers import assert_compare_contract, small_scenario
 
 # -- the statistics --------------------------------------------------------------
 
@@ -161,51 +169,121 @@ def over_seeds(tmp_path_factory: pytest.TempPathFactory) -> CompareResult:
     )
 
 
-def test_every_algorithm_runs_on_every_seed_in_its_own_folder(
+def test_each_seed_is_a_one_seed_comparison_of_its_own(
     over_seeds: CompareResult,
 ) -> None:
     out = over_seeds.out
     assert sorted(p.name for p in out.iterdir()) == [
         "comparison.json",
-        "fedavg",
-        "fedprox",
+        "seed0",
+        "seed3",
+        "seeds.json",
     ]
-    for name in ("fedavg", "fedprox"):
-        assert sorted(p.name for p in (out / name).iterdir()) == ["seed0", "seed3"]
-        for seed in (0, 3):
-            loaded = clusterfed.load(out / name / f"seed{seed}")
+    for seed in (0, 3):
+        folder = out / f"seed{seed}"
+        # What a one-seed compare writes, and nothing else.
+        assert sorted(p.name for p in folder.iterdir()) == [
+            "comparison.json",
+            "fedavg",
+            "fedprox",
+        ]
+        assert_compare_contract(folder)
+        table = json.loads((folder / "comparison.json").read_text())
+        assert list(table) == ["fedavg", "fedprox"]
+        for name in ("fedavg", "fedprox"):
+            loaded = clusterfed.load(folder / name)
             assert loaded.config["seed"] == seed
             assert loaded.summary["algorithm"] == name and len(loaded.rows) == 2
+            assert table[name] == loaded.summary
+            assert over_seeds.by_seed[name][seed].out == run_folder(out, name, seed)
     assert over_seeds.seeds == (0, 3)
     seeds = over_seeds.seed_summaries["fedavg"]
     # Another seed is another federation (data split, initial model).
     assert seeds[0]["avg_mean_acc"] != seeds[3]["avg_mean_acc"]
     with pytest.raises(ValueError, match="over seeds"):
         over_seeds.runs  # noqa: B018
-    with pytest.raises(ConfigError, match="load one of its runs: seed0, seed3"):
-        clusterfed.load(out / "fedavg")
+    with pytest.raises(ConfigError, match="load one of its runs: seed0/fedavg, seed0/"):
+        clusterfed.load(out)
+    with pytest.raises(ConfigError, match="load one of its runs: fedavg, fedprox"):
+        clusterfed.load(out / "seed3")
 
 
-def test_comparison_json_holds_the_seeds_summaries_and_intervals(
+def test_the_top_comparison_json_names_every_run_and_its_summary(
     over_seeds: CompareResult,
 ) -> None:
-    data = json.loads((over_seeds.out / "comparison.json").read_text())
-    assert list(data) == ["fedavg", "fedprox"]
-    for name, entry in data.items():
-        assert entry["seeds"] == [0, 3] and entry["confidence"] == 0.95
-        for seed in (0, 3):
-            written = over_seeds.out / name / f"seed{seed}" / "summary.json"
-            assert entry["summaries"][str(seed)] == json.loads(written.read_text())
-        finals = [entry["summaries"][s]["final_mean_acc"] for s in ("0", "3")]
-        final = entry["statistics"]["final_mean_acc"]
+    out = over_seeds.out
+    assert_compare_contract(out)
+    data = json.loads((out / "comparison.json").read_text())
+    assert list(data) == [
+        "seed0/fedavg",
+        "seed0/fedprox",
+        "seed3/fedavg",
+        "seed3/fedprox",
+    ]
+    for key, summary in data.items():
+        assert summary == json.loads((out / key / "summary.json").read_text())
+
+
+def test_seeds_json_holds_the_intervals_and_paired_differences(
+    over_seeds: CompareResult,
+) -> None:
+    data = json.loads((over_seeds.out / "seeds.json").read_text())
+    assert data["seeds"] == [0, 3] and data["confidence"] == 0.95
+    assert list(data["statistics"]) == ["fedavg", "fedprox"]
+    finals = {
+        name: [over_seeds.seed_summaries[name][s]["final_mean_acc"] for s in (0, 3)]
+        for name in ("fedavg", "fedprox")
+    }
+    for name, entry in data["statistics"].items():
+        assert set(entry) == set(METRICS)
+        final = entry["final_mean_acc"]
         low, high = stats.t.interval(
-            0.95, df=1, loc=np.mean(finals), scale=stats.sem(finals)
+            0.95, df=1, loc=np.mean(finals[name]), scale=stats.sem(finals[name])
         )
-        assert final["n"] == 2 and final["mean"] == pytest.approx(np.mean(finals))
-        assert final["low"] == pytest.approx(low) and final["high"] == pytest.approx(
-            high
-        )
-        assert set(entry["statistics"]) == set(METRICS)
+        assert final["n"] == 2
+        assert final["mean"] == pytest.approx(np.mean(finals[name]))
+        assert final["low"] == pytest.approx(low)
+        assert final["high"] == pytest.approx(high)
+    assert data["reference"] == "fedavg"
+    assert list(data["paired_differences"]) == ["fedprox"]
+    paired = data["paired_differences"]["fedprox"]
+    assert set(paired) == set(METRICS)
+    diffs = [b - a for a, b in zip(finals["fedavg"], finals["fedprox"], strict=True)]
+    assert paired["final_mean_acc"] == interval(diffs).as_json()
+
+
+def test_seeds_json_counts_only_seeds_every_algorithm_ran() -> None:
+    data = seeds_json(
+        {"a": {0: _summary(0.5), 1: _summary(0.6)}, "b": {1: _summary(0.7)}}
+    )
+    assert data["seeds"] == [1]
+    assert data["paired_differences"]["b"]["final_mean_acc"]["n"] == 1
+    assert data["paired_differences"]["b"]["final_mean_acc"]["mean"] == pytest.approx(
+        0.1
+    )
+    assert seeds_json({})["reference"] is None
+
+
+def test_a_comparison_stopped_midway_is_one_over_the_seeds_that_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from clusterfed import comparison
+
+    real = comparison.run
+
+    def stopped_at_seed_1(scenario: Any, **options: Any) -> Any:
+        if scenario.seed == 1:
+            raise KeyboardInterrupt
+        return real(scenario, **options)
+
+    monkeypatch.setattr(comparison, "run", stopped_at_seed_1)
+    out = tmp_path / "cmp"
+    with pytest.raises(KeyboardInterrupt):
+        clusterfed.compare(small_scenario(rounds=1), ["fedavg"], seeds=2, out=out)
+    assert_compare_contract(out)
+    assert_compare_contract(out / "seed0")
+    assert list(json.loads((out / "comparison.json").read_text())) == ["seed0/fedavg"]
+    assert json.loads((out / "seeds.json").read_text())["seeds"] == [0]
 
 
 def test_the_plot_of_a_folder_over_seeds_draws_each_algorithm_once(
@@ -214,14 +292,16 @@ def test_the_plot_of_a_folder_over_seeds_draws_each_algorithm_once(
     from clusterfed.plots import _runs_in
 
     runs = _runs_in(over_seeds.out)
-    assert [label for label, _ in runs] == ["small · fedavg"] * 2 + [
-        "small · fedprox"
-    ] * 2
+    assert [label for label, _ in runs] == ["small · fedavg", "small · fedprox"] * 2
     assert main(["plot", str(over_seeds.out), "--out", str(tmp_path / "f.png")]) == 0
     assert (tmp_path / "f.png").stat().st_size > 0 and (tmp_path / "f.pdf").exists()
-    # One algorithm's folder of seeds plots on its own too.
-    algorithm = ["plot", str(over_seeds.out / "fedavg"), "--out", str(tmp_path / "a")]
-    assert main(algorithm) == 0
+    # One seed's folder, and one algorithm's seeds, plot on their own too.
+    seed = ["plot", str(over_seeds.out / "seed3"), "--out", str(tmp_path / "s")]
+    assert main(seed) == 0 and (tmp_path / "s.png").stat().st_size > 0
+    algorithm = [
+        str(over_seeds.out / f"seed{s}" / "fedavg") for s in over_seeds.seeds or ()
+    ]
+    assert main(["plot", *algorithm, "--out", str(tmp_path / "a")]) == 0
     assert (tmp_path / "a.png").stat().st_size > 0
 
 
@@ -273,4 +353,13 @@ def test_the_cli_prints_the_table_over_seeds(
     printed = capsys.readouterr().out
     row = next(line for line in printed.splitlines() if line.startswith("fedavg"))
     assert row.split()[1] == "2" and "±" in row
-    assert sorted(p.name for p in (out / "fedavg").iterdir()) == ["seed0", "seed1"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "comparison.json",
+        "seed0",
+        "seed1",
+        "seeds.json",
+    ]
+    assert list(json.loads((out / "comparison.json").read_text())) == [
+        "seed0/fedavg",
+        "seed1/fedavg",
+    ]
