@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from clusterfed.comparison import run_folder
 from clusterfed.seeds import Interval
 
 from .figures import fig4
@@ -304,5 +305,5 @@ def _cfl_splits(main: Outcome) -> list[str]:
 def _rows_of(outcome: Outcome, algorithm: str, seed: int) -> list[dict[str, Any]]:
     if len(outcome.seeds) == 1:
         return outcome.rows[algorithm]
-    path = outcome.out / algorithm / f"seed{seed}" / "rounds.jsonl"
+    path = run_folder(outcome.out, algorithm, seed) / "rounds.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()]
