@@ -61,7 +61,10 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
         ["algorithms/fedavg.py", "algorithms/_aggregate.py"],
         ["test_fedavg.py", "test_strategy_conformance.py", "test_fedprox.py"],
     ),
-    "dcfl": (["algorithms/dcfl.py"], ["test_dcfl.py", "test_strategy_conformance.py"]),
+    "dcfl": (
+        ["algorithms/dcfl.py"],
+        ["test_dcfl.py", "test_dcfl_edges.py", "test_strategy_conformance.py"],
+    ),
     "distances": (["algorithms/distances.py"], ["test_distances.py", "test_dcfl.py"]),
     # the rest of algorithms/ and scenarios/ in groups one person can work through;
     # "algorithms" and "scenarios" below are their unions
