@@ -125,7 +125,24 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                 "spec.py",
             )
         ],
-        ["test_scenarios.py", "test_events.py", "test_cli.py"],
+        [
+            "test_scenarios.py",
+            "test_events.py",
+            "test_problems.py",
+            "test_spec.py",
+            "test_papers.py",
+            # not test_the_console_script_is_installed: its subprocess imports the
+            # working tree through the editable install, never the mutant (18 s)
+            *(
+                f"test_cli.py::{name}"
+                for name in (
+                    "test_list_shows_scenarios_algorithms_datasets_models",
+                    "test_run_with_overrides_writes_results",
+                    "test_a_bad_scenario_exits_2_naming_file_and_field",
+                    "test_dp_epsilon_is_a_shorthand_for_the_dp_section",
+                )
+            ),
+        ],
     ),
     "algorithms": (
         [
@@ -179,6 +196,8 @@ def stage(group: str, *, fresh: bool, pytest_args: list[str]) -> Path:
             (json.loads(add.group(1)) if add else []) + pytest_args,
         ),
         ("pytest_add_cli_args_test_selection", [f"tests/{t}" for t in tests]),
+        # the tests run in mutants/<group>/mutants/, and some read examples/
+        ("also_copy", ["examples"]),
     ):
         line = f"{key} = {json.dumps(value)}"
         narrowed, n = re.subn(rf"^{key} = \[[^\]]*\]", line, narrowed, flags=re.M)

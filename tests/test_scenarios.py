@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import pytest
 
+from clusterfed.algorithms import registry
 from clusterfed.data.datasets import available
 from clusterfed.errors import ScenarioError
 from clusterfed.scenarios import (
@@ -239,3 +241,46 @@ def test_a_fashion_mnist_scenario_says_what_it_stands_in_for_and_plans(
     plan = plan_run(scenario)
     assert len(plan.clients) == scenario.clients
     assert min(len(c.train) for c in plan.clients) > 0
+
+
+STRATEGY_SCRIPT = """
+from clusterfed.algorithms.fedavg import FedAvg
+from clusterfed.scenarios import Scenario
+
+
+class HalfStep(FedAvg):
+    name = "loader-half-step"
+
+
+class Unnamed(HalfStep):  # inherits its name: not a second algorithm
+    pass
+
+
+scenario = Scenario(name="scripted", algorithm="loader-half-step", clients=4)
+"""
+
+
+def test_a_script_s_own_strategy_outlives_the_script(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(registry, "_REGISTERED", {})
+    path = tmp_path / "script.py"
+    path.write_text(STRATEGY_SCRIPT)
+    assert load_scenario(path).algorithm == "loader-half-step"
+    gc.collect()  # the script's module is gone; only the registry holds the class
+    cls = registry.resolve("loader-half-step")
+    assert cls.__name__ == "HalfStep" and cls.__module__ == "<run_path>"
+    # the built-in it imported is not registered over the package's own
+    assert list(registry._REGISTERED) == ["loader-half-step"]
+
+
+def test_a_script_that_raises_a_clusterfed_error_is_a_scenario_error(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "script.py"
+    path.write_text(
+        "from clusterfed.errors import ConfigError\nraise ConfigError('no data here')\n"
+    )
+    with pytest.raises(ScenarioError) as error:
+        load_scenario(path)
+    assert str(error.value) == f"{path}: no data here"
