@@ -71,7 +71,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "cfl": (["algorithms/cfl.py"], ["test_cfl.py", "test_strategy_conformance.py"]),
     "identity": (
         ["algorithms/ifca.py", "algorithms/gradloss.py"],
-        ["test_identity.py", "test_strategy_conformance.py"],
+        # test_async_clusters: IFCA's asynchronous mode (absorb, plan_for)
+        ["test_identity.py", "test_async_clusters.py", "test_strategy_conformance.py"],
     ),
     "async": (
         [

@@ -12,6 +12,7 @@ from numpy.testing import assert_allclose
 from clusterfed.actors import InlineRuntime
 from clusterfed.algorithms import Candidate, ClientInfo, ClientUpdate, make, make_policy
 from clusterfed.algorithms.gradloss import descent_similarity, repair_seeds
+from clusterfed.algorithms.robust import Median
 from clusterfed.protocol import TrainTask, UpdateReply, decode, encode
 from clusterfed.scenarios import ClassTablePartition, plan_run
 from clusterfed.types import ClientId, ClusterId
@@ -210,3 +211,159 @@ def test_in_gradloss_the_server_takes_identities_from_the_clients() -> None:
     assert server.state.assignment[ClientId(5)] == 0
     assert all(len(t.models) == 2 and t.identity.name == "gradloss" for t in sent[:6])  # type: ignore[union-attr]
     assert any(m.last_update is not None for t in sent[6:] for m in t.models)
+
+
+@pytest.mark.parametrize("name", ["ifca", "gradloss"])
+def test_clusters_and_fraction_are_checked_at_their_edges(name: str) -> None:
+    assert make(name, clusters=1, fraction=1.0).initial_models == 1
+    for bad in (0, -1, True, 2.5):
+        with pytest.raises(
+            ValueError,
+            match=rf"^{name}: clusters must be an integer >= 1, got {bad!r}$",
+        ):
+            make(name, clusters=bad)
+    for bad in (0, -0.5, 1.5):
+        with pytest.raises(
+            ValueError, match=rf"^{name}: fraction must be in \(0, 1\], got {bad}$"
+        ):
+            make(name, fraction=bad)
+
+
+def test_ifca_and_gradloss_start_from_four_models_by_default() -> None:
+    assert make("ifca").initial_models == 4
+    assert make("gradloss").initial_models == 4
+    with pytest.raises(ValueError, match="needs 4 initial models, got 3"):
+        make("ifca").init_state([np.zeros(2, np.float32)] * 3)
+
+
+@pytest.mark.parametrize("name", ["ifca", "gradloss"])
+def test_a_fraction_of_the_clients_is_sampled_each_round(name: str) -> None:
+    _, state = _state(name, k=2, clients=4)
+    strategy = make(name, clusters=2, fraction=0.5)
+    clients = [ClientInfo(ClientId(c), 10) for c in range(4)]
+    rng = np.random.default_rng(7)
+    before = rng.bit_generator.state
+    plans = strategy.plan_round(state, 0, clients, rng)
+    # round(0.5 · 4) = 2 distinct clients, in id order, drawn from the generator
+    chosen = [p.client for p in plans]
+    assert len(chosen) == 2 and chosen == sorted(set(chosen))
+    assert rng.bit_generator.state != before
+    assert all(len(p.models) == 2 for p in plans)
+
+
+def test_the_plans_carry_each_policys_parameters() -> None:
+    clients = [ClientInfo(ClientId(c), 10) for c in range(2)]
+    strategy, state = _state("gradloss", k=2, clients=2)
+    for lam in (0.0, 0.3, 1.0):
+        plans = make("gradloss", clusters=2, lam=lam).plan_round(
+            state, 0, clients, _rng()
+        )
+        assert [dict(p.identity_params) for p in plans] == [{"lam": lam}] * 2
+    strategy, state = _state("ifca", k=2, clients=2)
+    for plan in strategy.plan_round(state, 0, clients, _rng()):
+        assert plan.identity == "min_loss" and dict(plan.identity_params) == {}
+    plan = strategy.plan_for(state, ClientId(1))
+    assert plan.identity == "min_loss" and dict(plan.identity_params) == {}
+    assert set(plan.models) == {0, 1}
+
+
+def test_a_client_policy_without_lam_scores_with_the_strategys_default() -> None:
+    probe = FakeProbe({0: (1.0, np.array([-1.0, 0.0])), 1: (0.6, np.zeros(2))})
+    cands = [candidate(0, [1, 0]), candidate(1, None)]
+    # λ = 0.2: model 0 scores 0.2·1 − 0.8·1.0 = −0.6, model 1 −0.8·0.6 = −0.48
+    assert make("gradloss").identity_params() == {"lam": 0.2}
+    policy = make_policy("gradloss", {})
+    assert_allclose([policy.score(probe, c, 0) for c in cands], [-0.6, -0.48])
+    assert policy.choose(probe, cands, 0) == 1
+
+
+def test_lam_at_zero_is_ifcas_choice_and_at_one_the_gradient_alone() -> None:
+    # model 0: the lower loss, a gradient against its last step (cos = −1);
+    # model 1: the higher loss, a gradient along it (cos = +1)
+    probe = FakeProbe({0: (0.1, np.array([1.0, 0.0])), 1: (0.9, np.array([-1.0, 0.0]))})
+    cands = [candidate(0, [1, 0]), candidate(1, [1, 0])]
+    assert make_policy("gradloss", {"lam": 0.0}).choose(probe, cands, 0) == 0
+    assert make_policy("min_loss", {}).choose(probe, cands, 0) == 0
+    assert make_policy("gradloss", {"lam": 1.0}).choose(probe, cands, 0) == 1
+    for bad in (-0.01, 1.01):
+        with pytest.raises(ValueError, match=rf"lam must be in \[0, 1\], got {bad}"):
+            make_policy("gradloss", {"lam": bad})
+
+
+def test_the_descent_similarity_of_short_vectors_is_their_cosine() -> None:
+    # norms far below 1 still give the cosine: 0.5 · 0.25 = 0.125
+    short = np.array([-0.25, 0.0], dtype=np.float32)
+    assert descent_similarity(np.array([0.5, 0.0]), short) == pytest.approx(1.0)
+    diagonal = np.array([-1e-3, -1e-3])
+    tiny = np.array([1e-3, 0.0], dtype=np.float32)
+    assert descent_similarity(diagonal, tiny) == pytest.approx(1 / math.sqrt(2))
+
+
+def test_an_update_that_is_not_ok_moves_no_client_and_no_model() -> None:
+    strategy, state = _state("ifca", k=3, clients=3)
+    failed = ClientUpdate(ClientId(0), ClusterId(2), "failed", reason="crashed")
+    late = ClientUpdate(
+        ClientId(1),
+        ClusterId(1),
+        "late",
+        np.full(2, 1.0, dtype=np.float32),
+        np.array([5.0, 5.0], dtype=np.float32),
+        10,
+        1.0,
+    )
+    new = strategy.aggregate(state, 0, [failed, late, _ok(2, 2, [1, 1])], _rng())
+    assert dict(new.assignment) == {0: 0, 1: 0, 2: 2}
+    assert_allclose(new.models[1], [1.0, 1.0])
+    assert_allclose(new.models[2], [3.0, 3.0])
+
+
+def test_ifca_takes_the_scenario_aggregator_per_cluster() -> None:
+    strategy, state = _state("ifca", k=2, clients=3)
+    strategy.aggregator = Median()
+    updates = [
+        _ok(0, 1, [0, 0], 10),
+        _ok(1, 1, [1, 2], 10),
+        _ok(2, 1, [100, 100], 1000),
+    ]
+    # the coordinate-wise median of the three deltas, not their mean
+    new = strategy.aggregate(state, 0, updates, _rng())
+    assert_allclose(new.models[1], [1 + 1.0, 1 + 2.0])
+    assert_allclose(new.models[0], [0.0, 0.0])
+
+
+def test_gradloss_keeps_each_clusters_weighted_step_in_float32() -> None:
+    strategy, state = _state("gradloss", k=2, clients=2)
+    new = strategy.aggregate(
+        state, 0, [_ok(0, 1, [1, 1], 10), _ok(1, 1, [3, -1], 30)], _rng()
+    )
+    # (10·[1,1] + 30·[3,−1]) / 40, sent to the clients as float32
+    assert new.last_updates[1].dtype == np.float32
+    assert_allclose(new.last_updates[1], [2.5, -0.5])
+    assert set(new.last_updates) == {1}
+
+
+def test_a_repair_seed_for_a_cluster_without_a_model_gets_every_model() -> None:
+    strategy, state = _state("gradloss", k=2, clients=2)
+    state = state.replace(seeds={ClientId(0): ClusterId(5)})
+    plans = strategy.plan_round(
+        state, 1, [ClientInfo(ClientId(c), 10) for c in range(2)], _rng()
+    )
+    assert [set(p.models) for p in plans] == [{0, 1}, {0, 1}]
+    assert all(p.identity == "gradloss" for p in plans)
+
+
+def test_repair_gives_each_empty_cluster_its_own_client() -> None:
+    # five clusters, one chosen, four clients: each client seeds another
+    # cluster, for every draw
+    _, state = _state("gradloss", k=5, clients=4)
+    for seed in range(20):
+        seeds = repair_seeds(state, {ClusterId(0)}, np.random.default_rng(seed))
+        assert sorted(seeds) == [0, 1, 2, 3]
+        assert sorted(seeds.values()) == [1, 2, 3, 4]
+
+
+def test_repair_with_fewer_clients_than_empty_clusters_seeds_what_it_can() -> None:
+    _, state = _state("gradloss", k=4, clients=2)
+    seeds = repair_seeds(state, {ClusterId(3)}, _rng())
+    # two clients for three empty clusters: the lowest two ids are seeded
+    assert sorted(seeds) == [0, 1] and sorted(seeds.values()) == [0, 1]
