@@ -99,7 +99,9 @@ class BufferRule:
             new_buffers[cluster] = buffer
             return new_models, new_buffers, False
         current = models[cluster].astype(np.float64)
-        # Weights are sample counts or 1; all-zero counts fall back to 1 each.
+        # Weights are sample counts or 1. When every count is 0 the total is 0
+        # too: dividing by the count instead of 0 leaves the model where it was,
+        # as a synchronous round skips updates of no samples.
         total = buffer.weight if buffer.weight > 0 else float(buffer.count)
         moved = current + self.server_lr * buffer.total / total
         new_models[cluster] = moved.astype(np.float32)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,7 @@ from pydantic import ValidationError
 
 import clusterfed
 from clusterfed.actors import DeviceProfile
-from clusterfed.algorithms import ClientUpdate, make
+from clusterfed.algorithms import ClientInfo, ClientUpdate, make
 from clusterfed.algorithms._staleness import staleness_weight
 from clusterfed.types import ClientId, ClusterId
 from helpers import small_scenario
@@ -152,3 +153,164 @@ def test_a_join_mid_run_starts_training_in_async_mode(tmp_path: Path) -> None:
     result = clusterfed.run(scenario, out=tmp_path, workers=1)
     arrivals = [c["id"] for r in result.rows for c in _arrived(r)]
     assert 4 in arrivals and arrivals.index(4) >= 3
+
+
+def test_staleness_functions_at_their_edges() -> None:
+    # hinge: full weight for every τ up to b, then 1 / (a(τ − b) + 1)
+    for tau in (0, 3, 4):
+        assert staleness_weight("hinge", tau, a=0.5, b=4) == 1.0
+    assert staleness_weight("hinge", 5, a=2.0, b=4) == pytest.approx(1 / 3)
+    assert staleness_weight("hinge", 9, a=0.5, b=0) == pytest.approx(1 / 5.5)
+    # a = 0: no discount at all; a = 1: 1 / (τ + 1)
+    assert staleness_weight("polynomial", 9, a=0.0, b=4) == 1.0
+    assert staleness_weight("polynomial", 4, a=1.0, b=4) == pytest.approx(0.2)
+    with pytest.raises(ValueError, match=r"^staleness must be >= 0, got -1$"):
+        staleness_weight("constant", -1, a=0.5, b=4)
+    with pytest.raises(
+        ValueError,
+        match=r"^staleness must be constant, polynomial or hinge; got 'linear'$",
+    ):
+        staleness_weight("linear", 1, a=0.5, b=4)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["fedasync", "fedbuff"])
+def test_staleness_parameters_are_checked_at_their_edges(name: str) -> None:
+    for kind in ("constant", "polynomial", "hinge"):
+        assert make(name, staleness=kind, a=0.0, b=0).staleness == kind
+    for params, message in (
+        ({"staleness": "linear"}, "staleness must be constant, polynomial or hinge;"),
+        ({"a": -0.1}, "a must be >= 0, got -0.1"),
+        ({"b": -1}, "b must be >= 0, got -1"),
+    ):
+        with pytest.raises(ValueError, match=rf"^{name}: {message}"):
+            make(name, **params)
+
+
+def test_fedasync_alpha_is_checked_at_its_edges() -> None:
+    assert make("fedasync", alpha=1.0).alpha == 1.0
+    for bad in (0, -0.5, 1.5):
+        with pytest.raises(
+            ValueError, match=rf"^fedasync: alpha must be in \(0, 1\], got {bad}$"
+        ):
+            make("fedasync", alpha=bad)
+
+
+def test_fedbuff_buffer_size_is_checked_and_one_steps_every_update() -> None:
+    for bad in (0, -2):
+        with pytest.raises(
+            ValueError, match=rf"^fedbuff: buffer_size must be >= 1, got {bad}$"
+        ):
+            make("fedbuff", buffer_size=bad)
+    strategy = make("fedbuff", buffer_size=1)
+    state = strategy.init_state([np.zeros(2, np.float32)])
+    delta = np.array([1.0, -2.0], np.float32)
+    state, advanced = strategy.absorb(
+        state, _update(delta * 0, delta), 7, np.random.default_rng(0)
+    )
+    assert advanced
+    assert_allclose(state.models[0], delta)
+
+
+def _step_of(strategy, state, deltas, staleness):  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(0)
+    moves = []
+    for delta in deltas:
+        base = state.models[0]
+        update = _update(base, np.asarray(delta, np.float32))
+        state, advanced = strategy.absorb(state, update, staleness, rng)
+        moves.append(advanced)
+    return state, moves
+
+
+def test_fedbuff_defaults_step_every_five_updates_without_discount() -> None:
+    # the paper's defaults: K = 5, constant staleness, η_g = 1
+    strategy = make("fedbuff")
+    state = strategy.init_state([np.zeros(2, np.float32)])
+    deltas = [[5, 0], [0, 5], [5, 5], [0, 0], [-5, 0]]
+    state, moves = _step_of(strategy, state, deltas, 9)
+    assert moves == [False] * 4 + [True]
+    assert_allclose(state.models[0], [1.0, 2.0])
+
+
+@pytest.mark.parametrize(
+    ("staleness", "tau", "weight"),
+    [("polynomial", 3, 0.5), ("hinge", 4, 1.0), ("hinge", 6, 0.5)],
+)
+def test_fedbuff_discounts_each_update_by_its_staleness(
+    staleness: str, tau: int, weight: float
+) -> None:
+    # default a = 0.5, b = 4: s(3) = 4^(−1/2); hinge s(4) = 1, s(6) = 1/(0.5·2+1)
+    strategy = make("fedbuff", buffer_size=2, staleness=staleness)
+    state = strategy.init_state([np.zeros(2, np.float32)])
+    state, moves = _step_of(strategy, state, [[4, 0], [0, 8]], tau)
+    assert moves == [False, True]
+    assert_allclose(state.models[0], weight * np.array([2.0, 4.0]), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("staleness", "tau", "weight"),
+    [
+        ("polynomial", 8, 1 / 3),
+        ("hinge", 4, 1.0),
+        ("hinge", 8, 1 / 3),
+        ("constant", 8, 1),
+    ],
+)
+def test_fedasync_defaults_mix_by_alpha_and_staleness(
+    staleness: str, tau: int, weight: float
+) -> None:
+    # α = 0.6, a = 0.5, b = 4: polynomial s(8) = 9^(−1/2); hinge s(8) = 1/(0.5·4+1)
+    strategy = make("fedasync", staleness=staleness)
+    x = np.array([3.0, 0.0], np.float32)
+    state = strategy.init_state([x])
+    update = _update(np.zeros(2, np.float32), np.array([0.0, 3.0], np.float32))
+    new, advanced = strategy.absorb(state, update, tau, np.random.default_rng(0))
+    mix = 0.6 * weight
+    assert advanced
+    assert_allclose(new.models[0], [3 * (1 - mix), 3 * mix], rtol=1e-6)
+
+
+def test_fedasync_and_fedbuff_take_only_accepted_updates_with_their_models() -> None:
+    rng = np.random.default_rng(0)
+    x = np.array([1.0, 1.0], np.float32)
+    ok = _update(np.zeros(2, np.float32), np.array([2.0, 2.0], np.float32))
+    useless = [
+        # a late update carries its model and delta; neither strategy takes it
+        dataclasses.replace(ok, status="late"),
+        dataclasses.replace(ok, status="failed"),
+        dataclasses.replace(ok, delta=None),
+    ]
+    for name in ("fedasync", "fedbuff"):
+        strategy = make(name, **({"buffer_size": 1} if name == "fedbuff" else {}))
+        state = strategy.init_state([x])
+        cases = (
+            [*useless, dataclasses.replace(ok, base=None)]
+            if name == "fedasync"
+            else useless
+        )
+        for update in cases:
+            new, advanced = strategy.absorb(state, update, 0, rng)
+            assert new is state and not advanced, (name, update.status)
+
+
+@pytest.mark.parametrize("name", ["fedasync", "fedbuff"])
+def test_the_synchronous_mode_is_fedavg_with_its_fraction_and_server_lr(
+    name: str,
+) -> None:
+    strategy = make(name, fraction=0.5, server_lr=0.5)
+    state = strategy.init_state([np.zeros(2, np.float32)])
+    clients = [ClientInfo(ClientId(c), 10) for c in range(4)]
+    for c in clients:
+        state = strategy.on_join(state, c)
+    plans = strategy.plan_round(state, 0, clients, np.random.default_rng(3))
+    assert len(plans) == 2  # round(0.5 · 4)
+    updates = [
+        ClientUpdate(ClientId(c), ClusterId(0), "ok", state.models[0], d, 10, 1.0)
+        for c, d in enumerate(np.array([[2, 0], [0, 4]], np.float32))
+    ]
+    # half of the mean step ([2, 0] + [0, 4]) / 2
+    new = strategy.aggregate(state, 0, updates, np.random.default_rng(0))
+    assert_allclose(new.models[0], [0.5, 1.0])
+    # by default the synchronous step is the whole mean
+    new = make(name).aggregate(state, 0, updates, np.random.default_rng(0))
+    assert_allclose(new.models[0], [1.0, 2.0])

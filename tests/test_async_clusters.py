@@ -3,6 +3,7 @@ its own buffer and version, DCFL deciding on windows of arrivals."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,9 @@ from pydantic import ValidationError
 import clusterfed
 from clusterfed.actors import DeviceProfile
 from clusterfed.algorithms import ClientInfo, ClientUpdate, make
+from clusterfed.algorithms._buffers import BufferRule, ClusterBuffer
+from clusterfed.protocol import TrainConfig
+from clusterfed.provenance import algorithm_record
 from clusterfed.scenarios import Drift, Join, RotationTransform
 from clusterfed.types import ClientId, ClusterId
 from helpers import small_scenario
@@ -203,3 +207,146 @@ def test_ifca_counts_staleness_in_versions_of_the_chosen_cluster(
             # τ counts versions of its own cluster only, never the others'.
             assert tau <= before[str(c["cluster"])]
         before = row["strategy"]["cluster_versions"]
+
+
+def _sized(
+    client: int, cluster: int, base: np.ndarray, delta: Any, n: int
+) -> ClientUpdate:
+    return dataclasses.replace(_ok(client, cluster, base, delta), n_samples=n)
+
+
+def test_ifca_weighs_a_buffer_by_sample_count_only_when_asked() -> None:
+    rng = np.random.default_rng(0)
+    for mean, step in (("weighted", [2.5, -0.5]), ("plain", [2.0, 0.0])):
+        strategy, state = _joined(
+            "ifca", 2, clusters=2, buffer_size=2, staleness="constant", mean=mean
+        )
+        one = state.models[1]
+        state, _ = strategy.absorb(state, _sized(0, 1, one, [1, 1], 10), 0, rng)
+        state, moved = strategy.absorb(state, _sized(1, 1, one, [3, -1], 30), 0, rng)
+        # weighted: (10·[1,1] + 30·[3,−1]) / 40; plain: ([1,1] + [3,−1]) / 2
+        assert moved
+        assert_allclose(state.models[1], one + np.array(step), rtol=1e-6)
+
+
+def test_a_weighted_ifca_buffer_counts_an_update_of_no_samples_as_nothing() -> None:
+    rng = np.random.default_rng(0)
+    strategy, state = _joined(
+        "ifca", 2, clusters=2, buffer_size=2, staleness="constant", mean="weighted"
+    )
+    one = state.models[1]
+    state, _ = strategy.absorb(state, _sized(0, 1, one, [100, 100], 0), 0, rng)
+    state, moved = strategy.absorb(state, _sized(1, 1, one, [1, 2], 1), 0, rng)
+    # weights 0 and 1: the step is the second delta alone
+    assert moved
+    assert_allclose(state.models[1], one + np.array([1.0, 2.0]))
+
+
+def test_a_weighted_buffer_of_no_samples_at_all_leaves_the_model() -> None:
+    # Each update counts by its samples, so none counts: the cluster keeps its
+    # model (as a synchronous round skips updates of no samples), never NaN.
+    rng = np.random.default_rng(0)
+    strategy, state = _joined(
+        "ifca", 2, clusters=2, buffer_size=2, staleness="constant", mean="weighted"
+    )
+    one = state.models[1]
+    state, _ = strategy.absorb(state, _sized(0, 1, one, [4, 0], 0), 0, rng)
+    state, moved = strategy.absorb(state, _sized(1, 1, one, [0, 2], 0), 0, rng)
+    assert moved and not state.buffers
+    assert_allclose(state.models[1], one)
+    synchronous = make("ifca", clusters=2, mean="weighted").aggregate(
+        state, 0, [_sized(0, 1, one, [4, 0], 0), _sized(1, 1, one, [0, 2], 0)], rng
+    )
+    assert_allclose(synchronous.models[1], one)
+
+
+def test_a_buffer_folds_nothing_for_a_cluster_without_a_model_or_a_delta() -> None:
+    rule = BufferRule.checked(
+        buffer_size=1, staleness="constant", a=0.5, b=4, server_lr=1.0
+    )
+    models = {ClusterId(0): np.zeros(2, np.float32)}
+    buffers = {
+        ClusterId(0): ClusterBuffer(np.ones(2), 1.0, 1),
+    }
+    zero = models[ClusterId(0)]
+    for update in (
+        _ok(0, 3, zero, [1, 1]),
+        dataclasses.replace(_ok(0, 0, zero, [1, 1]), delta=None),
+    ):
+        new_models, new_buffers, moved = rule.fold(models, buffers, update, 0)
+        assert not moved
+        assert new_models == models and new_models is not models
+        assert new_buffers == buffers and new_buffers is not buffers
+
+
+def test_buffer_parameters_are_checked_at_their_edges() -> None:
+    assert make("ifca", buffer_size=1, server_lr=1e-9).buffering.buffer_size == 1
+    for name in ("ifca", "dcfl"):
+        for bad in (0, True, 2.5):
+            with pytest.raises(
+                ValueError,
+                match=rf"^{name}: buffer_size must be an integer >= 1, got {bad!r}$",
+            ):
+                make(name, buffer_size=bad)
+        for bad in (0, -1.0):
+            with pytest.raises(
+                ValueError, match=rf"^{name}: server_lr must be > 0, got {bad}$"
+            ):
+                make(name, server_lr=bad)
+
+
+@pytest.mark.parametrize("name", ["ifca", "dcfl"])
+def test_the_run_records_the_buffer_parameters_as_built(name: str) -> None:
+    strategy = make(name, buffer_size=2, staleness="hinge", a=0.25, b=1, server_lr=0.5)
+    params = algorithm_record(name, strategy, TrainConfig())["params"]
+    assert {
+        k: params[k] for k in ("buffer_size", "staleness", "a", "b", "server_lr")
+    } == {
+        "buffer_size": 2,
+        "staleness": "hinge",
+        "a": 0.25,
+        "b": 1,
+        "server_lr": 0.5,
+    }
+
+
+def test_an_ifca_update_it_cannot_use_changes_nothing() -> None:
+    strategy, state = _joined("ifca", 2, clusters=2, buffer_size=1)
+    rng = np.random.default_rng(0)
+    one = state.models[1]
+    useless = [
+        # a late update carries its delta, but IFCA takes only accepted ones
+        dataclasses.replace(_ok(0, 1, one, [1, 1]), status="late"),
+        dataclasses.replace(_ok(0, 1, one, [1, 1]), status="failed"),
+        dataclasses.replace(_ok(0, 1, one, [1, 1]), delta=None),
+        _ok(0, 7, one, [1, 1]),  # a cluster IFCA does not have
+    ]
+    for update in useless:
+        new, moved = strategy.absorb(state, update, 0, rng)
+        assert new is state and not moved
+        assert state.assignment[0] == 0
+
+
+def test_ifca_async_defaults_step_every_three_with_polynomial_staleness() -> None:
+    # buffer_size 3, s(τ) = (τ + 1)^(−1/2), server_lr 1: three updates three
+    # versions old move the model by half their mean
+    strategy, state = _joined("ifca", 3, clusters=2)
+    rng = np.random.default_rng(0)
+    zero = state.models[0]
+    moves = []
+    for c, delta in enumerate(([2, 0], [0, 2], [4, 4])):
+        state, moved = strategy.absorb(state, _ok(c, 0, zero, delta), 3, rng)
+        moves.append(moved)
+    assert moves == [False, False, True]
+    assert_allclose(state.models[0], np.array([1.0, 1.0]), rtol=1e-6)
+
+
+def test_ifca_hinge_staleness_is_full_up_to_b_and_then_falls() -> None:
+    # default a = 0.5, b = 4: s(4) = 1, s(6) = 1 / (0.5·2 + 1) = 1/2
+    strategy, state = _joined("ifca", 1, clusters=2, buffer_size=1, staleness="hinge")
+    rng = np.random.default_rng(0)
+    zero = state.models[0]
+    new, _ = strategy.absorb(state, _ok(0, 0, zero, [2, 4]), 4, rng)
+    assert_allclose(new.models[0], [2.0, 4.0])
+    new, _ = strategy.absorb(state, _ok(0, 0, zero, [2, 4]), 6, rng)
+    assert_allclose(new.models[0], [1.0, 2.0])
