@@ -126,6 +126,17 @@ def test_without_a_model_every_part_of_a_path_is_a_field() -> None:
             "clients: Input should be a valid integer,"
             " unable to parse string as an integer",
         ),
+        # a dict's values: their fields, whether the key is a number or text
+        (
+            {"devices": {3: {"samples_per_sec": 1}}},
+            "devices[3].samples_per_sec: unknown field 'samples_per_sec';"
+            " did you mean 'samples_per_s'?",
+        ),
+        (
+            {"devices": {"3": {"samples_per_sec": 1}}},
+            "devices.3.samples_per_sec: unknown field 'samples_per_sec';"
+            " did you mean 'samples_per_s'?",
+        ),
         # the scenario's own checks: no field before the message, no value after
         (
             {"devices": {30: {}}},

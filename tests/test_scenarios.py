@@ -284,3 +284,93 @@ def test_a_script_that_raises_a_clusterfed_error_is_a_scenario_error(
     with pytest.raises(ScenarioError) as error:
         load_scenario(path)
     assert str(error.value) == f"{path}: no data here"
+
+
+def test_a_relative_trace_path_is_read_beside_the_toml_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "here"
+    folder.mkdir()
+    (folder / "trace.csv").write_text("client,online_from,online_to\n0,0,inf\n")
+    path = folder / "mine.toml"
+    path.write_text('[availability]\nkind = "trace"\npath = "trace.csv"\n')
+    monkeypatch.chdir(tmp_path)  # not the file's folder
+    scenario = load_scenario(path)
+    assert scenario.name == "mine"  # the file's stem
+    assert scenario.availability.path == str(folder / "trace.csv")  # type: ignore[union-attr]
+    assert [w.client for w in scenario.availability.windows] == [0]  # type: ignore[union-attr]
+    # an absolute path is kept as written
+    other = tmp_path / "elsewhere.csv"
+    other.write_text("client,online_from,online_to\n1,5,inf\n")
+    path.write_text(f'[availability]\nkind = "trace"\npath = "{other}"\n')
+    assert load_scenario(path).availability.path == str(other)  # type: ignore[union-attr]
+    path.write_text('availability = "diurnal"\n')
+    assert load_scenario(path).availability.kind == "diurnal"
+
+
+def test_override_values_are_read_as_toml_or_else_as_text() -> None:
+    base = load_scenario("quickstart")
+    changed = with_overrides(
+        base,
+        [
+            " model.hidden = [64, 32] ",
+            "train.momentum=0.5",
+            "dataset.name=digits",
+            'description="a b"',
+            "name=plain words",
+        ],
+    )
+    assert changed.model.params == {"hidden": [64, 32]}
+    assert changed.train.momentum == 0.5 and changed.dataset.name == "digits"
+    assert changed.description == "a b" and changed.name == "plain words"
+    assert with_overrides(base, rounds=None).rounds == 30  # None: left as it was
+
+
+def test_an_override_names_a_kind_then_sets_its_fields() -> None:
+    base = load_scenario("quickstart")
+    changed = with_overrides(
+        base, ["availability=diurnal", "availability.period_s=100", "dp.epsilon=3"]
+    )
+    assert changed.availability.kind == "diurnal"
+    assert changed.availability.period_s == 100.0  # type: ignore[union-attr]
+    assert changed.dp is not None and changed.dp.epsilon == 3.0  # a new table
+    # the same kind again keeps the table's other keys
+    low = with_overrides(base, ["partition.alpha=0.1", "partition.kind=dirichlet"])
+    assert low.partition == DirichletPartition(alpha=0.1)
+
+
+def test_a_plain_key_sets_the_parameter_of_each_algorithm_that_has_it() -> None:
+    base = load_scenario("quickstart")
+    changed = with_overrides(
+        base, ["fraction=0.5", "mu=0.1"], algorithms=["fedavg", "fedprox", "nosuch"]
+    )
+    assert changed.algorithm_params == {
+        "fedavg": {"fraction": 0.5},
+        "fedprox": {"fraction": 0.5, "mu": 0.1},
+    }
+    # by default the scenario's own algorithm
+    assert with_overrides(base, ["fraction=0.5"]).algorithm_params == {
+        "fedavg": {"fraction": 0.5}
+    }
+
+
+@pytest.mark.parametrize(
+    ("assignment", "starts", "ends"),
+    [
+        ("rounds.x=1", "--set 'rounds.x=1': 'rounds' is not a table", ""),
+        ("=1", "--set '=1': expected key=value", ""),
+        (
+            "zzz=1",
+            "--set 'zzz=1': 'zzz' is neither a scenario field (name, description,",
+            " target_accuracy) nor a parameter of fedavg",
+        ),
+        ("mu=1", "--set 'mu=1': 'mu' is neither", " nor a parameter of fedavg"),
+    ],
+)
+def test_an_override_that_cannot_be_applied_is_said_whole(
+    assignment: str, starts: str, ends: str
+) -> None:
+    with pytest.raises(ScenarioError) as error:
+        with_overrides(load_scenario("quickstart"), [assignment])
+    said = str(error.value)
+    assert said.startswith(starts) and said.endswith(ends or starts)
