@@ -7,7 +7,7 @@ import pytest
 from numpy.testing import assert_allclose
 
 from clusterfed.algorithms import ClientInfo, ClientUpdate, ServerState, make
-from clusterfed.algorithms.cfl import CFL, CFLState, Split, bipartition
+from clusterfed.algorithms.cfl import CFL, CFLState, Split, UpdateNorms, bipartition
 from clusterfed.types import ClientId, ClusterId
 
 DIM = 10
@@ -287,3 +287,189 @@ def test_defaults_follow_the_threshold_rule() -> None:
 def test_bad_options_raise_naming_the_value(params: dict, shown: str) -> None:
     with pytest.raises(ValueError, match=shown):
         make("cfl", **params)
+
+
+# -- edges found by mutation testing (issue 21) ------------------------------------
+
+
+def test_thresholds_of_zero_are_accepted() -> None:
+    cfl = CFL(eps1=0.0, eps2=0.0)
+    assert (cfl.eps1, cfl.eps2) == (0.0, 0.0)
+    assert CFL(eps2=0.5).eps2 == 0.5
+
+
+@pytest.mark.parametrize("warmup", [True, 2.5, "3"])
+def test_a_warmup_that_is_not_an_integer_is_refused(warmup: object) -> None:
+    with pytest.raises(ValueError) as caught:
+        CFL(warmup=warmup)  # type: ignore[arg-type]
+    assert str(caught.value) == f"warmup must be an integer ≥ 0, got {warmup!r}"
+
+
+def test_relative_thresholds_without_warmup_say_why() -> None:
+    with pytest.raises(ValueError) as caught:
+        CFL(thresholds="relative", warmup=0)
+    assert str(caught.value) == (
+        "relative thresholds measure their reference in the warm-up rounds:"
+        " warmup must be ≥ 1, got 0"
+    )
+
+
+def test_the_scenario_aggregator_moves_the_cluster_model() -> None:
+    from clusterfed.algorithms.robust import Median
+
+    cfl = CFL()
+    cfl.aggregator = Median()
+    state = _start(cfl, 3)
+    deltas = np.array([[0.0] * DIM, [1.0] * DIM, [100.0] * DIM])
+    new = cfl.aggregate(state, 0, _updates(state, deltas), _rng())
+    # the coordinate-wise median of the three deltas, 1, on top of the ones
+    assert_allclose(new.models[0], np.full(DIM, 2.0))
+
+
+def test_diagnostics_report_each_clusters_norms_and_thresholds() -> None:
+    cfl = CFL()
+    state = _start(cfl, 3)
+    deltas = np.zeros((3, DIM))
+    deltas[:, 0] = [3.0, 0.0, 0.0]
+    deltas[2, 1] = 4.0
+    state = cfl.aggregate(state, 0, _updates(state, deltas), _rng())
+    # by hand: mean update (1, 4/3), norm 5/3; client norms 3, 0, 4
+    found = cfl.diagnostics(state)
+    assert found.keys() == {"update_norms", "thresholds", "splits"}
+    assert found["update_norms"].keys() == {"0"}
+    assert found["update_norms"]["0"] == pytest.approx(
+        {"mean": 5 / 3, "max": 4.0, "clients": 7 / 3}
+    )
+    assert found["thresholds"] == {"eps1": 0.4, "eps2": 1.6}
+    assert found["splits"] == []
+
+
+def test_a_late_update_counts_neither_in_the_model_nor_in_the_split() -> None:
+    # Two accepted updates ±2v and a late one of 0: with the late one, three
+    # members whose mean is 0 and whose largest update is 2 would split.
+    cfl = CFL()
+    state = _start(cfl, 3)
+    v = np.zeros(DIM, dtype=np.float32)
+    v[0] = 2.0
+    updates = _updates(state, np.stack([v, -v]))
+    updates.append(
+        ClientUpdate(ClientId(2), ClusterId(0), "late", state.models[0], 0 * v, 10)
+    )
+    new = cfl.aggregate(state, 20, updates, _rng())
+    assert new.splits == () and set(new.assignment.values()) == {0}
+    assert new.update_norms == {0: UpdateNorms(mean=0.0, max=2.0, clients=2.0)}
+
+
+def test_an_update_of_no_samples_is_not_a_member() -> None:
+    # Same as above with the third update accepted but of 0 samples.
+    cfl = CFL()
+    state = _start(cfl, 3)
+    v = np.zeros(DIM)
+    v[0] = 2.0
+    new = cfl.aggregate(
+        state, 20, _updates(state, np.stack([v, -v, 0 * v]), [10, 10, 0]), _rng()
+    )
+    assert new.splits == () and set(new.assignment.values()) == {0}
+    assert new.update_norms == {0: UpdateNorms(mean=0.0, max=2.0, clients=2.0)}
+
+
+def test_a_mean_update_exactly_at_eps1_does_not_split() -> None:
+    # "below ε1": deltas ±… along v whose mean is exactly 0.5·v, ‖·‖ = 0.5
+    v = np.zeros(DIM)
+    v[0] = 1.0
+    deltas = np.stack([2.5 * v, -1.5 * v, 2.5 * v, -1.5 * v])
+    for eps1, parts in ((0.5, {0}), (0.5 + 1e-9, {0, 1})):
+        cfl = CFL(eps1=eps1)
+        state = _start(cfl, 4)
+        new = cfl.aggregate(state, 20, _updates(state, deltas), _rng())
+        assert set(new.assignment.values()) == parts
+
+
+def test_a_largest_update_exactly_at_eps2_does_not_split() -> None:
+    # "above ε2": opposed deltas of norm exactly 2
+    v = np.zeros(DIM)
+    v[0] = 2.0
+    deltas = np.stack([v, -v, v, -v])
+    for eps2, parts in ((2.0, {0}), (2.0 - 1e-9, {0, 1})):
+        cfl = CFL(eps2=eps2)
+        state = _start(cfl, 4)
+        new = cfl.aggregate(state, 20, _updates(state, deltas), _rng())
+        assert set(new.assignment.values()) == parts
+
+
+def _two_clusters(cfl: CFL) -> CFLState:
+    """Six clients split into evens (cluster 0) and odds (cluster 1)."""
+    state = _start(cfl)
+    state = cfl.aggregate(state, 20, _updates(state, _opposed()), _rng())
+    assert state.splits == (Split(20, ClusterId(0), ClusterId(1), 3, 3),)
+    assert state.next_cluster == 2  # the lowest id the next split may take
+    return state
+
+
+def test_a_cluster_that_does_not_split_does_not_stop_the_next_one() -> None:
+    cfl = CFL()
+    state = _two_clusters(cfl)
+    # cluster 0 (evens) agrees, cluster 1 (odds) pulls apart along w
+    w = np.zeros(DIM)
+    w[1] = 2.0
+    deltas = np.zeros((6, DIM))
+    deltas[[0, 2, 4], 2] = 1.0
+    deltas[[1, 5]] = w
+    deltas[3] = -2 * w
+    new = cfl.aggregate(state, 21, _updates(state, deltas), _rng())
+    assert new.splits[1:] == (Split(21, ClusterId(1), ClusterId(2), 2, 1),)
+    assert [new.assignment[ClientId(c)] for c in range(6)] == [0, 1, 0, 2, 0, 1]
+
+
+def test_two_clusters_splitting_in_one_round_take_two_fresh_ids() -> None:
+    cfl = CFL()
+    state = _two_clusters(cfl)
+    w = np.zeros(DIM)
+    w[1] = 2.0
+    deltas = np.zeros((6, DIM))
+    deltas[[0, 4, 1, 5]] = w
+    deltas[[2, 3]] = -2 * w
+    new = cfl.aggregate(state, 21, _updates(state, deltas), _rng())
+    assert new.splits[1:] == (
+        Split(21, ClusterId(0), ClusterId(2), 2, 1),
+        Split(21, ClusterId(1), ClusterId(3), 2, 1),
+    )
+    assert [new.assignment[ClientId(c)] for c in range(6)] == [0, 1, 2, 3, 0, 1]
+    assert set(new.models) == {0, 1, 2, 3} and new.next_cluster == 4
+
+
+def _at_angles(*degrees: float) -> np.ndarray:
+    radians = np.radians(degrees)
+    return np.stack([np.cos(radians), np.sin(radians)], axis=1)
+
+
+@pytest.mark.parametrize(
+    ("degrees", "first"),
+    [
+        # every cosine negative: 0° and 250° are 110° apart, the nearest pair
+        ((0, 130, 250), [0, 2]),
+        # every cosine positive: 50° and 80° are the nearest pair
+        ((0, 50, 80), [0]),
+    ],
+)
+def test_bipartition_sets_the_most_similar_pair_apart(
+    degrees: tuple[float, ...], first: list[int]
+) -> None:
+    # complete linkage on three updates: the nearest pair, and the third
+    found = bipartition(_at_angles(*degrees))
+    assert found == (first, [i for i in range(3) if i not in first])
+
+
+def test_bipartition_is_complete_linkage_on_the_cosine_distance() -> None:
+    # against scipy's complete linkage, which computes the cosine itself
+    from scipy.cluster.hierarchy import fcluster, linkage
+
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        deltas = rng.standard_normal((int(rng.integers(4, 8)), 3))
+        labels = fcluster(
+            linkage(deltas, method="complete", metric="cosine"), 2, "maxclust"
+        )
+        first = [i for i, label in enumerate(labels) if label == labels[0]]
+        second = [i for i, label in enumerate(labels) if label != labels[0]]
+        assert bipartition(deltas) == (first, second)
