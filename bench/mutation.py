@@ -110,7 +110,14 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
             "scenarios/timeline.py",
             "scenarios/transforms.py",
         ],
-        ["test_events.py", "test_scenarios.py", "test_data.py"],
+        [
+            "test_events.py",
+            "test_scenarios.py",
+            "test_data.py",
+            "test_timeline.py",  # events and the timeline alone
+            "test_transforms.py",  # group transforms alone
+            "test_engine.py",  # the engine on a recording membership
+        ],
     ),
     "specs": (
         [
