@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections import Counter
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from numpy.testing import assert_allclose
+from sklearn.metrics import silhouette_score
 
 import clusterfed
 from clusterfed.actors import Client, InlineRuntime, ParameterServer
@@ -438,3 +440,219 @@ def test_iid_mix_scenarios_validate_and_know_their_iid_group() -> None:
     assert IIDMixPartition().classes_per_client(10) == (2, 4)
     with pytest.raises(ValueError, match="min_class_share"):
         IIDMixPartition(min_class_share=0.5, max_class_share=0.3)
+
+
+# -- edges of each step (issue 21) -----------------------------------------------------
+
+# Four clients, each holding one class: the features are the vertices of a
+# simplex, every pair at distance √2, so every 2-partition has the same inertia
+# and K-means' answer depends on its seed alone.
+ONE_CLASS = np.eye(4, dtype=np.int64) * 10
+
+
+def test_one_selected_client_and_k_max_two_are_accepted() -> None:
+    strategy = make("cafa", selected=1, k_max=2)
+    state = _cafa_state(strategy)  # PLANTED would pick 3 unbounded
+    assert strategy.diagnostics(state)["cbcc"]["k"] == 2
+    assert set(strategy.diagnostics(state)["cbcc"]["silhouette"]) == {"2"}
+    clients = [ClientInfo(ClientId(i), 80) for i in range(10)]
+    assert len(strategy.plan_round(state, 0, clients, _rng())) == 1
+
+
+def test_a_k_max_that_is_no_integer_is_refused_whole() -> None:
+    with pytest.raises(
+        ValueError, match=r"^k_max must be an integer ≥ 2 or None, got 2\.5$"
+    ):
+        CAFA(k_max=2.5)  # type: ignore[arg-type]
+
+
+def test_a_histogram_of_one_sample_is_a_feature_and_an_empty_one_is_refused() -> None:
+    assert_allclose(class_features(np.array([[0, 1, 0]])), [[0.0, 1.0, 0.0]])
+    with pytest.raises(
+        ValueError, match="^every class histogram needs at least one sample$"
+    ):
+        class_features(np.array([[3, 1], [0, 0]]))
+
+
+def test_the_same_seed_gives_the_same_clustering_and_seeds_differ() -> None:
+    features = class_features(np.eye(6, dtype=np.int64))  # six simplex vertices
+    labellings = [
+        {
+            tuple(cbcc_clustering(features, k_max=2, seed=seed).labels.tolist())
+            for _ in range(3)
+        }
+        for seed in range(4)
+    ]
+    assert all(len(runs) == 1 for runs in labellings)
+    assert labellings[0] != labellings[1]  # the seed does reach K-means
+    unseeded = cbcc_clustering(features, k_max=2).labels.tolist()
+    assert {tuple(unseeded)} == labellings[0]  # no seed: seed 0
+
+
+def test_cbcc_seeds_k_means_from_the_runs_stream() -> None:
+    strategy = CAFA(k_max=2)
+    clusterings = set()
+    for seed in range(4):
+        runs = {
+            tuple(
+                sorted(
+                    _cafa_state(
+                        strategy, ONE_CLASS, rng=np.random.default_rng(seed)
+                    ).membership.items()
+                )
+            )
+            for _ in range(3)
+        }
+        assert len(runs) == 1  # the same stream, the same clustering
+        clusterings |= runs
+    assert len(clusterings) > 1  # another stream, another K-means seed
+
+
+def test_equal_silhouettes_go_to_the_smaller_k() -> None:
+    # Four simplex vertices: every point's mean distance to its own cluster and
+    # to the nearest other one is √2 (or it is alone): every silhouette is 0.
+    found = cbcc_clustering(class_features(ONE_CLASS), seed=0)
+    assert found.scores == {2: 0.0, 3: 0.0}
+    assert found.k == 2 and len(set(found.labels.tolist())) == 2
+
+
+def test_a_k_max_past_n_minus_one_scores_up_to_n_minus_one() -> None:
+    found = cbcc_clustering(class_features(PLANTED), k_max=20, seed=0)
+    assert sorted(found.scores) == list(range(2, len(PLANTED)))
+    assert found.k == 3
+
+
+def test_one_cluster_has_integer_labels_and_no_scores() -> None:
+    two = cbcc_clustering(class_features(PLANTED[:2]), seed=0)
+    assert two.scores == {}
+    assert np.bincount(two.labels).tolist() == [2]  # labels index: integers
+
+
+# Seven histograms on which one K-means++ start misses the best 2-partition
+# for most seeds (14 of seeds 0-19 in scikit-learn 1.9); ten starts find it.
+HARD = np.array(
+    [
+        [2, 3, 4, 5],
+        [0, 0, 4, 5],
+        [1, 1, 5, 2],
+        [1, 4, 1, 2],
+        [3, 3, 0, 0],
+        [5, 4, 5, 3],
+        [4, 1, 2, 4],
+    ]
+)
+
+
+def test_ten_restarts_find_the_least_inertia_partition() -> None:
+    features = class_features(HARD)
+    best, best_labels = np.inf, None
+    for rest in itertools.product((0, 1), repeat=len(HARD) - 1):
+        labels = np.array((0, *rest))
+        if len(set(labels.tolist())) < 2:
+            continue
+        inertia = sum(
+            ((features[labels == j] - features[labels == j].mean(axis=0)) ** 2).sum()
+            for j in (0, 1)
+        )
+        if inertia < best:
+            best, best_labels = inertia, labels
+    assert best_labels is not None
+    for seed in range(5):
+        found = cbcc_clustering(features, k_max=2, seed=seed)
+        assert (
+            len(set(zip(found.labels.tolist(), best_labels.tolist(), strict=True))) == 2
+        )
+        assert found.scores[2] == pytest.approx(silhouette_score(features, best_labels))
+
+
+def test_weighted_accuracy_refuses_zero_sizes_and_unmatched_lengths() -> None:
+    assert weighted_accuracy([0.3], [1]) == pytest.approx(0.3)
+    message = "^weighted_accuracy needs one positive size per accuracy$"
+    for accuracies, sizes in (([0.5, 0.6], [0, 0]), ([0.5, 0.6], [10])):
+        with pytest.raises(ValueError, match=message):
+            weighted_accuracy(accuracies, sizes)
+
+
+def test_abfa_weights_divide_by_the_sum_of_accuracies() -> None:
+    assert_allclose(abfa_weights([0.3, 0.6]), [1 / 3, 2 / 3])
+
+
+def test_combined_weights_of_zero_products_are_equal() -> None:
+    assert_allclose(combined_weights([0.5, 0.5], [0.0, 0.0]), [0.5, 0.5])
+    assert_allclose(combined_weights([0.0, 0.0, 0.0], [0.2, 0.3, 0.5]), [1 / 3] * 3)
+
+
+def test_eq_9_to_11_are_computed_in_float64_from_float32_inputs() -> None:
+    a = np.array([0.1, 0.7, 0.35], dtype=np.float32)
+    s = np.array([0.1, 0.3, 0.7], dtype=np.float32)
+    wide_a, wide_s = a.astype(np.float64), s.astype(np.float64)
+    assert weighted_accuracy(a, s) == (wide_a * wide_s).sum() / wide_s.sum()
+    np.testing.assert_array_equal(abfa_weights(a), wide_a / wide_a.sum())
+    product = wide_s * wide_a
+    np.testing.assert_array_equal(combined_weights(s, a), product / product.sum())
+
+
+def test_a_member_alone_keeps_its_whole_delta_and_an_accuracy_of_one() -> None:
+    strategy = CAFA()
+    state = _cafa_state(strategy)
+    (update, *_) = _scored_updates(state)
+    alone = ClientUpdate(update.client, ClusterId(0), "ok", update.base, update.delta)
+    new = strategy.aggregate(state, 0, [alone], _rng())
+    record = strategy.diagnostics(new)["abfa"]
+    assert record["members"] == [0]
+    assert record["accuracy"] == {"0": 1.0} and record["weight"] == {"0": 1.0}
+    assert_allclose(new.models[ClusterId(0)], [1.0, 0, 0, 0, 0])
+
+
+def test_a_round_without_usable_updates_records_no_members() -> None:
+    strategy = CAFA()
+    state = _cafa_state(strategy)
+    state = strategy.aggregate(state, 0, _scored_updates(state), _rng())
+    failed = [ClientUpdate(ClientId(0), ClusterId(0), "failed", reason="down")]
+    after = strategy.aggregate(state, 1, failed, _rng())
+    assert strategy.diagnostics(after)["abfa"]["members"] == []
+    np.testing.assert_array_equal(after.models[0], state.models[0])
+
+
+def test_a_late_update_with_its_delta_takes_no_part() -> None:
+    strategy = CAFA()
+    state = _cafa_state(strategy)
+    updates = _scored_updates(state)
+    late = np.array([0, 0, 0, 0, 8.0], dtype=np.float32)
+    updates.append(
+        ClientUpdate(ClientId(9), ClusterId(0), "late", state.models[0], late, 80)
+    )
+    assert sorted(
+        p.client for p in strategy.plan_probes(state, 0, updates, _rng())
+    ) == (MEMBERS)
+    new = strategy.aggregate(state, 0, updates, _rng())
+    assert strategy.diagnostics(new)["abfa"]["members"] == MEMBERS
+    assert new.models[0][4] == 0.0
+
+
+def test_diagnostics_keep_cbccs_k_and_silhouettes_when_a_cluster_empties() -> None:
+    strategy = CAFA()
+    state = _cafa_state(strategy)
+    for client in (8, 9):  # the whole of the planted cluster of classes 7-9
+        state = strategy.on_leave(state, ClientId(client))
+    cbcc = strategy.diagnostics(state)["cbcc"]
+    assert cbcc["k"] == 3 and len(set(cbcc["clusters"].values())) == 2
+    assert list(cbcc["silhouette"]) == [str(k) for k in range(2, 10)]
+    assert max(cbcc["silhouette"], key=cbcc["silhouette"].get) == "3"
+    assert cbcc["iid_cluster"] == cbcc["clusters"]["0"]
+    assert cbcc["iid_clients"] == [0, 1, 2, 3, 4]
+
+
+def test_diagnostics_of_a_membership_without_a_clustering_count_its_clusters() -> None:
+    state = CAFAState(
+        models={ClusterId(0): np.zeros(DIM, np.float32)},
+        assignment={},
+        membership={ClientId(0): 0, ClientId(1): 1, ClientId(2): 1},
+    )
+    assert CAFA().diagnostics(state)["cbcc"] == {
+        "k": 2,
+        "iid_cluster": 1,
+        "iid_clients": [1, 2],
+        "clusters": {"0": 0, "1": 1, "2": 1},
+        "silhouette": {},
+    }
