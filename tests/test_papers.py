@@ -407,5 +407,7 @@ def test_what_the_description_says_holds_in_the_scenario(name: str) -> None:
             assert STAND_IN.format(STANDS_IN_FOR[family]) in scenario.description
         # one paper, one description: no part of the digits' left in
         assert scenario.description.count("Sec.") == 1
+        assert "on digits" not in scenario.description
+        assert "digits client" not in scenario.description
     else:
         assert scenario.dataset.name == "digits"

@@ -98,6 +98,12 @@ def test_without_a_model_every_part_of_a_path_is_a_field() -> None:
             "dp.epsilon: missing (required);"
             " dp.epsilom: unknown field 'epsilom'; did you mean 'epsilon'?",
         ),
+        (
+            {"deadline": {"seconds": 2}},
+            "deadline: missing 'policy', which says what this is",
+        ),
+        # a check's own message, even of a short value, is not followed by it
+        ({"dp": True}, "dp: give the budget, e.g. dp.epsilon = 10 (or dp = off)"),
         ({"mode": "zzz"}, "mode: 'zzz' is not one of 'sync', 'async'"),
         (
             {"dp": {"epsilon": 1, "accountant": "rpd"}},

@@ -8,10 +8,28 @@ import math
 import numpy as np
 import pytest
 
+from clusterfed.actors import ClientSpec
+from clusterfed.actors.clock import DeviceProfile
+from clusterfed.actors.faults import FaultPlan, FaultyClientSpec
 from clusterfed.data import ClientSplit
 from clusterfed.errors import ScenarioError
-from clusterfed.scenarios import ClassTablePartition, DPSpec, Join, plan_run
-from clusterfed.scenarios.build import _class_table, _spread
+from clusterfed.models import build_model, get_flat
+from clusterfed.protocol import TrainConfig
+from clusterfed.scenarios import (
+    ClassTablePartition,
+    DatasetSpec,
+    DirichletPartition,
+    DPSpec,
+    Faulty,
+    Join,
+    PermutationTransform,
+    RotationTransform,
+    RunPlan,
+    plan_run,
+)
+from clusterfed.scenarios.build import MODEL_STREAM, _class_table, _spread
+from clusterfed.scenarios.spec import IIDMixPartition
+from clusterfed.seeding import derive_seed
 from helpers import small_scenario
 
 TWO_CLASSES = np.repeat(np.arange(2), 40)  # 40 samples of class 0, then of 1
@@ -154,3 +172,199 @@ def test_a_budget_no_noise_can_meet_is_refused_naming_the_client() -> None:
         "dp.epsilon = 1e-09 (δ = 1e-05) with dp.accountant = 'gdp':"
         " Opacus finds no noise multiplier for client 0 ("
     )
+
+
+def test_each_client_spec_carries_its_faults_device_and_transform() -> None:
+    slow = DeviceProfile(samples_per_s=50.0)
+    scenario = small_scenario(
+        clients=4,
+        dataset=DatasetSpec(name="digits", root="/nowhere"),
+        devices={2: slow},
+        faulty=[Faulty(clients=[1], behaviour="nan", start=2)],
+        transform=RotationTransform(angles=[0.0, 90.0]),
+    )
+    plan = plan_run(scenario)
+    specs = plan.clients
+    assert [type(c) for c in specs] == [
+        ClientSpec,
+        FaultyClientSpec,
+        ClientSpec,
+        ClientSpec,
+    ]
+    assert specs[1].faults == (FaultPlan(behaviour="nan", start=2),)  # type: ignore[attr-defined]
+    assert [c.profile for c in specs] == [
+        DeviceProfile(),
+        DeviceProfile(),
+        slow,
+        DeviceProfile(),
+    ]
+    assert [c.rotation for c in specs] == [0.0, 90.0, 0.0, 90.0]  # dealt in turn
+    assert plan.transform_groups == {0: 0, 1: 1, 2: 0, 3: 1}
+    assert all(c.dataset_root == "/nowhere" for c in specs)
+    assert all(c.model_params == {"hidden": [32]} for c in specs)
+    # ground truth: one Dirichlet group × two rotations
+    assert [c.group for c in specs] == [0, 1, 0, 1]
+
+
+def test_planted_groups_and_rotations_make_distinct_true_groups() -> None:
+    scenario = small_scenario(
+        clients=4,
+        partition=ClassTablePartition(
+            table=[[1.0] * 5 + [0.0] * 5, [0.0] * 5 + [1.0] * 5]
+        ),
+        transform=RotationTransform(angles=[0.0, 90.0]),
+    )
+    plan = plan_run(scenario)
+    # (row, rotation) → row × 2 + rotation: clients 0, 1 in row 0, 2, 3 in row 1
+    assert plan.groups == {0: 0, 1: 1, 2: 2, 3: 3}
+
+
+def test_the_strategy_is_built_with_the_scenario_s_settings() -> None:
+    scenario = small_scenario(
+        algorithm_params={"fedavg": {"fraction": 0.5}}, aggregator="median"
+    )
+    plan = plan_run(scenario)
+    assert plan.strategy.fraction == 0.5  # type: ignore[attr-defined]
+    assert plan.strategy.aggregator == scenario.aggregator
+    assert plan.strategy.aggregator.kind == "median"
+
+
+def test_every_random_draw_follows_the_scenario_seed() -> None:
+    jitter = RotationTransform(angles=[0.0, 90.0], jitter=30.0)
+    a, b, a2 = (plan_run(small_scenario(seed=s, transform=jitter)) for s in (0, 1, 0))
+    for x, y, same in ((a, b, False), (a, a2, True)):
+        assert (x.clients[0].train == y.clients[0].train) is same  # the split
+        assert np.array_equal(x.initial, y.initial) is same  # the model
+        assert (
+            [c.rotation for c in x.clients] == [c.rotation for c in y.clients]
+        ) is same
+        assert ([c.seed for c in x.clients] == [c.seed for c in y.clients]) is same
+    seeds = [c.seed for c in a.clients]
+    assert len(set(seeds)) == len(seeds)  # a stream of its own for each client
+    # the initial model is the MLP 64-32-10 from the model stream
+    net = build_model(
+        "mlp", (1, 8, 8), 10, seed=derive_seed(0, MODEL_STREAM), hidden=[32]
+    )
+    assert (
+        np.array_equal(a.initial, get_flat(net))
+        and a.initial.size == 64 * 32 + 32 + 32 * 10 + 10
+    )
+
+
+def test_a_strategy_of_several_models_gets_distinct_ones_the_first_shared() -> None:
+    fedavg = plan_run(small_scenario())
+    ifca = plan_run(
+        small_scenario(algorithm="ifca", algorithm_params={"ifca": {"clusters": 3}})
+    )
+    models = ifca.initial_models
+    assert len(models) == 3
+    assert np.array_equal(models[0], fedavg.initial)  # the same start as FedAvg's
+    assert not np.array_equal(models[1], models[0])
+    assert not np.array_equal(models[2], models[1])
+
+
+def test_a_dataset_that_cannot_load_is_a_scenario_error_naming_the_scenario() -> None:
+    with pytest.raises(ScenarioError) as error:
+        plan_run(small_scenario(dataset=DatasetSpec(name="nope")))
+    assert str(error.value).startswith(
+        "scenario 'small': unknown dataset 'nope'; known:"
+    )
+
+
+def test_each_step_counts_local_epochs_in_the_dp_plan() -> None:
+    plan = plan_run(
+        small_scenario(
+            rounds=2,
+            dp=DPSpec(epsilon=8.0),
+            train=TrainConfig(lr=0.05, batch_size=16, epochs=3),
+        )
+    )
+    for c in plan.clients:
+        assert c.privacy.steps == 2 * 3 * math.ceil(len(c.train) / 16)  # type: ignore[union-attr]
+
+
+def test_the_dp_plan_uses_the_scenario_s_accountant() -> None:
+    from opacus.accountants import GaussianAccountant
+
+    plan = plan_run(small_scenario(rounds=2, dp=DPSpec(epsilon=4.0, accountant="gdp")))
+    privacy = plan.clients[0].privacy
+    assert privacy is not None and privacy.accountant == "gdp"
+    accountant = GaussianAccountant()
+    accountant.history = [
+        (privacy.noise_multiplier, privacy.sample_rate, privacy.steps)
+    ]
+    assert 4.0 - 0.05 <= accountant.get_epsilon(1e-5) <= 4.0 + 1e-3
+
+
+def test_client_seeds_are_streams_apart_from_the_run_s_own() -> None:
+    plan = plan_run(small_scenario())
+    # the run's other streams (4, the clients' own key, is client 0's: the
+    # seed sequence of (0, 4, 0) is that of (0, 4))
+    run_streams = {derive_seed(0, key) for key in (0, 1, 2, 3, 5, 6, 7)}
+    assert not run_streams & {c.seed for c in plan.clients}
+
+
+def classes_of(plan: RunPlan, client: int) -> list[int]:
+    labels = plan.dataset.y.numpy()
+    c = plan.clients[client]
+    return sorted(set(labels[c.train]) | set(labels[c.test]))
+
+
+@pytest.mark.parametrize("consecutive", [True, False])
+def test_an_iid_mix_deals_its_share_of_iid_clients_and_classes(
+    consecutive: bool,
+) -> None:
+    spec = IIDMixPartition(iid_fraction=0.25, consecutive_classes=consecutive)
+    plan = plan_run(small_scenario(clients=20, partition=spec))
+    assert sum(g == 0 for g in plan.partition_groups.values()) == 5  # 25 % of 20
+    runs = []
+    for client, group in plan.partition_groups.items():
+        if group == 0:
+            assert classes_of(plan, client) == list(range(10))
+            continue
+        held = classes_of(plan, client)
+        assert 2 <= len(held) <= 4
+        # consecutive modulo 10: a wrap-around run such as 9, 0 counts
+        gaps = sum(
+            (b - a) % 10 != 1 for a, b in zip(held, held[1:] + held[:1], strict=True)
+        )
+        runs.append(gaps == 1)
+    assert all(runs) if consecutive else not all(runs)
+
+
+def test_dirichlet_clients_hold_at_least_min_samples() -> None:
+    # (with the default of 10, this seed leaves a client 22 samples)
+    spec = DirichletPartition(alpha=0.2, min_samples=40)
+    plan = plan_run(small_scenario(clients=20, partition=spec))
+    assert min(len(c.train) + len(c.test) for c in plan.clients) >= 40
+
+
+def test_joiners_get_data_of_their_own_from_every_partition() -> None:
+    plan = plan_run(
+        small_scenario(clients=4, rounds=4, events=[Join(start=1, count=3)])
+    )
+    held = [set(c.train) | set(c.test) for c in plan.clients]
+    held += [set(r.split.train) | set(r.split.test) for r in plan.reserved[0]]
+    assert len(held) == 7 and all(held)
+    assert sum(map(len, held)) == len(set().union(*held))  # no sample twice
+
+
+def test_a_drift_to_an_unplanted_angle_gets_the_first_fresh_group() -> None:
+    # 2 planted rows × 2 rotations: ids 0-3 planted, 4 the first new one
+    scenario = small_scenario(
+        clients=4,
+        partition=ClassTablePartition(
+            table=[[1.0] * 5 + [0.0] * 5, [0.0] * 5 + [1.0] * 5]
+        ),
+        transform=RotationTransform(angles=[0.0, 90.0]),
+    )
+    plan = plan_run(scenario)
+    assert plan.transforms.group_of_rotation(1, 90.0) == 3
+    assert plan.transforms.group_of_rotation(0, 45.0) == 4
+
+
+def test_a_label_permutation_covers_every_class_of_the_dataset() -> None:
+    plan = plan_run(small_scenario(transform=PermutationTransform(groups=2)))
+    perms = [c.label_permutation for c in plan.clients]
+    assert perms[0] == list(range(10))
+    assert sorted(perms[1]) == list(range(10)) and perms[1] != perms[0]  # type: ignore[arg-type]

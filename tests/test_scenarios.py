@@ -8,14 +8,16 @@ from pathlib import Path
 import pytest
 
 from clusterfed.algorithms import registry
+from clusterfed.algorithms.fedavg import FedAvg
 from clusterfed.data.datasets import available
-from clusterfed.errors import ScenarioError
+from clusterfed.errors import ClusterfedError, ScenarioError
 from clusterfed.scenarios import (
     BUILTIN,
     DirichletPartition,
     IIDPartition,
     load_scenario,
     plan_run,
+    validate,
     with_overrides,
 )
 
@@ -374,3 +376,58 @@ def test_an_override_that_cannot_be_applied_is_said_whole(
         with_overrides(load_scenario("quickstart"), [assignment])
     said = str(error.value)
     assert said.startswith(starts) and said.endswith(ends or starts)
+
+
+def test_overrides_change_one_field_of_a_client_s_device() -> None:
+    # the dump keys devices by "5" as --set does, so client 5 keeps the rest
+    base = load_scenario("async-stragglers")
+    changed = with_overrides(base, ["devices.5.samples_per_s=100"])
+    assert changed.devices[5] == base.devices[5].model_copy(
+        update={"samples_per_s": 100.0}
+    )
+    assert changed.devices[0] == base.devices[0]
+
+
+def test_an_override_value_may_hold_an_equals_sign() -> None:
+    base = load_scenario("quickstart")
+    assert with_overrides(base, ["description=a=b"]).description == "a=b"
+
+
+def test_override_errors_name_the_assignment_and_the_scenario() -> None:
+    base = load_scenario("quickstart")
+    with pytest.raises(ScenarioError) as error:
+        with_overrides(base, ["algorithm_params.fedavg=3", "fraction=0.5"])
+    assert str(error.value) == "--set 'fraction=0.5': 'fedavg' is not a table"
+    with pytest.raises(ScenarioError) as error:
+        with_overrides(base, ["mu=1"], algorithms=["fedavg", "cfl"])
+    assert str(error.value).endswith(" nor a parameter of fedavg, cfl")
+    with pytest.raises(ScenarioError) as error:
+        with_overrides(base, ["partition.alpha=-1"])
+    assert str(error.value) == (
+        "scenario 'quickstart' with overrides:"
+        " partition.alpha: Input should be greater than 0 (got -1)"
+    )
+
+
+def test_a_library_error_while_validating_names_the_source(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Refuses(FedAvg):
+        def __init__(self) -> None:
+            # a ClusterfedError that is no ValueError: pydantic lets it through
+            raise ClusterfedError("not today")
+
+    monkeypatch.setattr(registry, "_REGISTERED", {"refuses": Refuses})
+    with pytest.raises(ScenarioError) as error:
+        validate({"name": "x", "algorithm": "refuses"}, source="here.toml")
+    assert str(error.value) == "here.toml: not today"
+
+
+def test_an_unknown_name_lists_the_built_ins() -> None:
+    with pytest.raises(ScenarioError) as error:
+        load_scenario("quickstrat")
+    said = str(error.value)
+    assert said.startswith(
+        "quickstrat: not a built-in scenario (async-stragglers, byzantine, cafa-mix,"
+    )
+    assert said.endswith(", quickstart) nor a .toml or .py file")

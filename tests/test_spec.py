@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from torch import nn
 
 from clusterfed.actors.clock import DeviceProfile
 from clusterfed.actors.faults import FaultPlan
+from clusterfed.models import build_model
 from clusterfed.scenarios import (
     BUILTIN,
     ClassTablePartition,
@@ -151,3 +153,28 @@ def test_async_stragglers_are_a_fifth_of_quickstart_ten_times_slower() -> None:
         update={"name": "quickstart", "description": quick.description}
     ) == quick.model_copy(update={"devices": slow.devices})
     assert "10 times slower" in slow.description
+
+
+def test_quickstart_is_what_the_readme_says_it_is() -> None:
+    # README: FedAvg on the embedded digits, 20 clients with Dirichlet(0.5)
+    # label skew, 20 % of each client's samples held out, an MLP 512-128, SGD
+    # (lr 0.05, momentum 0.9, batch 16, 1 local epoch), 30 rounds, seed 0
+    s = BUILTIN["quickstart"]()
+    assert (s.algorithm, s.dataset.name, s.clients) == ("fedavg", "digits", 20)
+    assert s.partition == DirichletPartition(alpha=0.5) and s.test_fraction == 0.2
+    net = build_model(s.model.name, (1, 8, 8), 10, seed=0, **s.model.params)
+    widths = [m.out_features for m in net.modules() if isinstance(m, nn.Linear)]
+    assert widths == [512, 128, 10]
+    t = s.train
+    assert (t.lr, t.momentum, t.batch_size, t.epochs) == (0.05, 0.9, 16, 1)
+    assert (s.rounds, s.seed) == (30, 0)
+    assert s.description.startswith(
+        "FedAvg on the embedded digits: 20 clients with Dirichlet(0.5) label skew."
+    )
+
+
+def test_the_stress_scenarios_pick_the_clients_of_the_recorded_figures() -> None:
+    # bench/RESULTS.md: byzantine's clients 1, 6, 11 and 16 flip signs;
+    # async-stragglers' 0, 5, 10 and 15 are slow
+    assert BUILTIN["byzantine"]().faulty[0].ids == [1, 6, 11, 16]
+    assert sorted(BUILTIN["async-stragglers"]().devices) == [0, 5, 10, 15]
