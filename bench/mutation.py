@@ -101,6 +101,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
             "test_fedprox.py",
             "test_plugin_algorithm.py",
             "test_strategy_conformance.py",
+            "test_strategy_base.py",  # ServerState and Strategy defaults alone
+            "test_registry.py",  # every refusal whole, module paths, entry points
         ],
     ),
     "timeline": (

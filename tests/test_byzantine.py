@@ -23,6 +23,7 @@ from clusterfed.algorithms.robust import (
     Median,
     NormClip,
     TrimmedMean,
+    clip_norms,
     krum,
     robust_mean,
 )
@@ -80,6 +81,75 @@ def test_norm_clip_scales_long_updates_to_the_bound_then_takes_the_mean() -> Non
         axis=0,
     )
     assert_allclose(median_norm, expected, rtol=1e-6)
+
+
+def test_krum_ranks_updates_by_their_nearest_squared_distances() -> None:
+    # Scalars 0.5, 0, 0.01, 0.03 (n = 4, f = 0: two neighbours each). By hand:
+    # row 2: 1e-4 + 4e-4, row 1: 1e-4 + 9e-4, row 3: 4e-4 + 9e-4,
+    # row 0: 0.47² + 0.49². All below 1, all apart from the origin's.
+    stack = np.array([[0.5, 0.0], [0.0, 0.0], [0.01, 0.0], [0.03, 0.0]])
+    assert krum(stack, f=0, m=4) == [2, 1, 3, 0]
+    # Far from the origin: 20, 10, 10.1, 10.3. Row 2: 0.1² + 0.2², row 1:
+    # 0.1² + 0.3², row 3: 0.2² + 0.3², row 0: 9.9² + 9.7².
+    far = np.array([[20.0], [10.0], [10.1], [10.3]])
+    assert krum(far, f=0, m=4) == [2, 1, 3, 0]
+
+
+def test_krum_counts_n_minus_f_minus_2_neighbours() -> None:
+    # Scalars 0, 0.1, 0.3, 1.0, 1.05; n = 5, f = 1: two neighbours each.
+    # By hand: 0.10, 0.05, 0.13, 0.4925, 0.565 (one neighbour would favour
+    # row 3, four would favour row 2).
+    stack = np.array([[0.0], [0.1], [0.3], [1.0], [1.05]])
+    assert krum(stack, f=1, m=5) == [1, 0, 2, 3, 4]
+    assert_allclose(robust_mean(list(stack), [1.0] * 5, Krum(f=1)), [0.1])
+
+
+def test_krum_of_three_picks_from_the_closest_pair() -> None:
+    stack = np.array([[0.0], [10.0], [10.5]])
+    assert krum(stack, f=0) == [1]  # rows 1 and 2 tie: the lower row
+
+
+def test_krum_of_one_or_two_updates_keeps_them_in_order() -> None:
+    two = np.array([[1.0, 0.0], [3.0, 4.0]])
+    assert krum(two, f=0) == [0] and krum(two, f=1, m=5) == [0, 1]
+    assert krum(two[:1], f=0, m=3) == [0]
+    assert_allclose(robust_mean(list(two), [1.0, 9.0], Krum(f=0, m=2)), [2.0, 2.0])
+
+
+def test_krum_breaks_ties_by_the_lower_row_among_many() -> None:
+    # 60 updates at two points: each one's score is 2 × (the other group's
+    # size − 1) (every neighbour but the farthest), so the larger group comes
+    # first, each group in row order. numpy's default sort reorders such ties.
+    groups = np.random.default_rng(0).integers(0, 2, 60)
+    stack = np.repeat(groups[:, None].astype(np.float64), 2, axis=1)
+    larger = int(np.bincount(groups).argmax())
+    rows = list(range(60))
+    expected = [i for i in rows if groups[i] == larger] + [
+        i for i in rows if groups[i] != larger
+    ]
+    assert krum(stack, f=0, m=60) == expected
+
+
+def test_norm_clip_measures_norms_in_float64_and_clips_below_one() -> None:
+    # 3e19² overflows float32; its norm is 3e19, so the update clips to 1.
+    huge = np.array([3e19, 0.0], dtype=np.float32)
+    (clipped,) = clip_norms([huge], max_norm=1.0)
+    assert_allclose(clipped, [1.0, 0.0])
+    (short,) = clip_norms([np.array([0.3, 0.4])], max_norm=0.1)
+    assert_allclose(short, [0.06, 0.08])
+
+
+def test_robust_rules_work_in_float64_and_need_a_vector() -> None:
+    # The float32 neighbours 1 and 1 + 2⁻²³: their midpoint, 1 + 2⁻²⁴, exists
+    # in float64 only; float32 sums of 3e19² overflow.
+    ends = [np.float32([1.0]), np.float32([1.0 + 2.0**-23])]
+    for rule in (Median(), TrimmedMean(beta=0.0)):
+        got = robust_mean(ends, [1.0, 1.0], rule)
+        assert got.dtype == np.float64 and got[0] == 1.0 + 2.0**-24
+    far = [np.float32([0.0, 0.0]), np.float32([3e19, 0.0]), np.float32([3e19, 1.0])]
+    assert_allclose(robust_mean(far, [1.0] * 3, Krum(f=0)), [3e19, 0.0])
+    with pytest.raises(ValueError, match="^robust_mean needs at least one vector$"):
+        robust_mean([], [], Median())
 
 
 def test_every_cluster_is_aggregated_by_the_rule() -> None:

@@ -9,9 +9,10 @@ import pytest
 
 import clusterfed
 from clusterfed.actors import build_trainer
-from clusterfed.algorithms import make
+from clusterfed.algorithms import ClientUpdate, ServerState, make
 from clusterfed.protocol import TrainConfig
 from clusterfed.scenarios import plan_run
+from clusterfed.types import ClientId, ClusterId
 from helpers import read_rounds, small_scenario
 
 
@@ -56,3 +57,15 @@ def test_a_positive_mu_pulls_the_delta_towards_the_received_model() -> None:
     np.testing.assert_array_equal(plain, again)
     assert not np.array_equal(plain, proximal)
     assert np.linalg.norm(proximal) < np.linalg.norm(plain)
+
+
+def test_fedprox_steps_by_its_server_lr() -> None:
+    strategy = make("fedprox", mu=0.1, server_lr=0.5)
+    model = np.zeros(2, dtype=np.float32)
+    state = ServerState(
+        models={ClusterId(0): model}, assignment={ClientId(0): ClusterId(0)}
+    )
+    delta = np.array([2.0, 4.0], dtype=np.float32)
+    update = ClientUpdate(ClientId(0), ClusterId(0), "ok", model, delta, 10)
+    new = strategy.aggregate(state, 0, [update], np.random.default_rng(0))
+    np.testing.assert_allclose(new.models[ClusterId(0)], [1.0, 2.0])  # half a step
