@@ -199,6 +199,20 @@ def test_a_dropped_or_crashed_client_is_reported_so_not_as_unavailable() -> None
     assert members.unreachable == [{**unavailable, 0: "dropped out", 1: "crashed"}]
 
 
+def test_a_draw_equal_to_p_or_to_the_availability_keeps_the_client() -> None:
+    # A client is dropped when its uniform draw u in [0, 1) has u < p, and is
+    # unavailable when u > availability: p = 0 never drops, availability 1
+    # never misses. Here p and the availability are the stream's first draw,
+    # the one client 0 gets; the others draw less.
+    first = float(event_stream().random())
+    engine, members = engine_of(events=[Dropout(start=0, target=0, p=first)])
+    assert step(engine, members, 0) == [{"kind": "dropout", "clients": []}]
+    assert members.unreachable == [{}]
+    engine, members = engine_of(device=DeviceProfile(availability=first))
+    step(engine, members, 0)
+    assert members.unreachable == [{}]
+
+
 def test_fully_available_clients_draw_nothing_from_the_event_stream() -> None:
     engine, members = engine_of(events=[Crash(start=2, target="random:2")])
     step(engine, members, 0)
@@ -457,6 +471,18 @@ def test_a_restored_engine_goes_on_as_the_original_would() -> None:
     assert resumed.transform_groups == engine.transform_groups
     assert resumed.next_id == 8
     assert _run(resumed, Recorder(), range(4, 8)) == _run(engine, members, range(4, 8))
+
+
+def test_one_snapshot_restores_any_number_of_engines_alike() -> None:
+    scenario = small_scenario(rounds=8, transform=RotationTransform(), events=EVENTS)
+    engine = ScenarioEngine(plan_run(scenario))
+    _run(engine, Recorder(), range(3))
+    snapshot = engine.snapshot()
+    first, second = (ScenarioEngine(plan_run(scenario)) for _ in range(2))
+    first.restore(snapshot)
+    second.restore(snapshot)
+    ahead = _run(first, Recorder(), range(3, 8))
+    assert _run(second, Recorder(), range(3, 8)) == ahead
 
 
 def test_a_snapshot_does_not_move_with_the_engine() -> None:

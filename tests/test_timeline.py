@@ -71,7 +71,7 @@ def test_bad_targets_are_refused_showing_the_value(
 ) -> None:
     with pytest.raises(ValidationError) as error:
         Leave(target=raw)
-    assert message in str(error.value)
+    assert f"Value error, {message}" in str(error.value)
 
 
 # --- schedules ---------------------------------------------------------------
@@ -104,6 +104,9 @@ def test_a_time_key_within_a_nanosecond_of_the_end_still_fires() -> None:
     event = Dropout(clock="time", start=0.0, every=0.1, target=0, p=0.5)
     assert len(list(event.occurrences(0.3))) == 4
     assert len(list(event.occurrences(0.3 - 1e-6))) == 3
+    # the slack is inclusive: a key exactly 1e-9 past the end still fires
+    event = Dropout(clock="time", start=0.5 + 1e-9, every=1.0, target=0, p=0.5)
+    assert list(event.occurrences(0.5)) == [0.5 + 1e-9]
 
 
 @pytest.mark.parametrize(
@@ -306,6 +309,9 @@ def test_a_time_occurrence_a_rounding_error_past_now_is_due() -> None:
     assert timeline.due(0, 0.1 + 0.2 - 1e-10) != []  # within 1e-9 of 0.3
     timeline = Timeline([Crash(clock="time", start=0.3, target=0)])
     assert timeline.due(0, 0.3 - 1e-6) == []
+    # the slack is inclusive: an occurrence exactly 1e-9 s on is due too
+    timeline = Timeline([Crash(clock="time", start=0.5 + 1e-9, target=0)])
+    assert timeline.due(0, 0.5) != []
 
 
 def test_round_keys_compare_with_rounds_and_time_keys_with_seconds() -> None:
