@@ -368,3 +368,25 @@ def test_a_label_permutation_covers_every_class_of_the_dataset() -> None:
     perms = [c.label_permutation for c in plan.clients]
     assert perms[0] == list(range(10))
     assert sorted(perms[1]) == list(range(10)) and perms[1] != perms[0]  # type: ignore[arg-type]
+
+
+def test_a_joiner_s_budget_is_checked_over_the_whole_run_before_it_starts() -> None:
+    # the first four clients hold digit 0 only; the joiner holds the other
+    # nine digits: Opacus' gdp finds no small enough σ for its many steps
+    table = [[1.0] + [0.0] * 9, [0.0] + [1.0] * 9]
+    scenario = small_scenario(
+        clients=4,
+        rounds=3,
+        dp=DPSpec(epsilon=4.0, accountant="gdp"),
+        partition=ClassTablePartition(table=table, clients_per_group=[4, 0]),
+        events=[Join(start=1, partition_group=1)],
+    )
+    with pytest.raises(ScenarioError) as error:
+        plan_run(scenario)
+    # planned from round 0, however late it joins: the 1,619 images of digits
+    # 1-9, 80 % to train (1,295), are 81 batches of 16: 3 rounds × 81 steps
+    assert str(error.value).startswith(
+        "dp.epsilon = 4 (δ = 1e-05) with dp.accountant = 'gdp': Opacus finds no"
+        " noise multiplier for a client of events[0] (243 steps at sampling rate"
+        " 0.0123): "
+    )
