@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from clusterfed.protocol import (
     MAX_MESSAGE_BYTES,
@@ -88,23 +88,29 @@ class Courier:
         requests: Sequence[tuple[ClientId, Message]],
         round: int,
         members: Collection[ClientId],
+        on_exchange: Callable[[int, Exchange], Exchange] | None = None,
     ) -> list[Exchange]:
         """Send the requests and judge every reply (in the order of `requests`);
-        `members` are the clients the server knows now."""
+        `members` are the clients the server knows now. `on_exchange(i, e)`
+        sees request i's exchange as soon as it is judged and returns what is
+        kept of it (streaming aggregation keeps an update without its delta)."""
         envelopes = [self.envelope(p, client_address(c), round) for c, p in requests]
         encoder = Encoder()
         slots = asyncio.Semaphore(self.max_in_flight)
 
-        async def one(client: ClientId, envelope: Envelope) -> Exchange:
+        async def one(index: int, client: ClientId, envelope: Envelope) -> Exchange:
             async with slots:
                 data = encoder.encode(envelope)
-                return await self._exchange(client, envelope, data, members)
+                exchange = await self._exchange(client, envelope, data, members)
+            return exchange if on_exchange is None else on_exchange(index, exchange)
 
         return list(
             await asyncio.gather(
                 *(
-                    one(client, envelope)
-                    for (client, _), envelope in zip(requests, envelopes, strict=True)
+                    one(i, client, envelope)
+                    for i, ((client, _), envelope) in enumerate(
+                        zip(requests, envelopes, strict=True)
+                    )
                 )
             )
         )

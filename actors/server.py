@@ -18,6 +18,7 @@ run needs, and `restore` puts it back (see `clusterfed.checkpoint`).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,7 @@ from . import phases
 from .client import client_address
 from .clock import DeadlinePolicy, SimClock, WaitAll
 from .courier import Courier
+from .folding import RoundFold
 from .outcome import ClientOutcome, RoundOutcome
 from .phases import RoundBooks, UpdateLimits
 from .runtimes import Runtime
@@ -232,6 +234,14 @@ class ParameterServer:
             if active
             else []
         )
+        fold = (
+            RoundFold(
+                (p.client for p in plans),
+                partial(self.strategy.fold_weight, self.state),
+            )
+            if self.strategy.folds()
+            else None
+        )
         updates, epsilon, training = await phases.train(
             self.courier,
             self.clock,
@@ -241,6 +251,7 @@ class ParameterServer:
             self.deadline,
             self.limits,
             start=self.clock.now + waiting + describing,
+            fold=fold,
         )
         self.epsilon.update(epsilon)
         probes = [
@@ -253,7 +264,12 @@ class ParameterServer:
             updates, probing = await phases.probe(
                 self.courier, self.clock, books, probes, updates
             )
-        aggregated = self.strategy.aggregate(self.state, round, updates, self.rng)
+        if fold is not None and fold.done:
+            aggregated = self.strategy.aggregate_sums(
+                self.state, round, updates, fold.sums, self.rng
+            )
+        else:  # the deltas were kept (see phases.train)
+            aggregated = self.strategy.aggregate(self.state, round, updates, self.rng)
         problem = check_models(aggregated.models)
         if problem is None:
             self.state = aggregated
