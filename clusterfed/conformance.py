@@ -27,6 +27,7 @@ import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -349,7 +350,7 @@ def folding_equals_aggregate(name: str) -> None:
         updates[0] = replace(updates[0], status="failed", base=None, delta=None)
         updates[-1] = replace(updates[-1], n_samples=0)
         fold = RoundFold(
-            (u.client for u in updates), lambda u: strategy.fold_weight(state, u)
+            (u.client for u in updates), partial(strategy.fold_weight, state)
         )
         kept = {u.client: fold.add(u) for u in reversed(updates)}
         assert fold.done, "every update was added, yet the fold is not done"
