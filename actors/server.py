@@ -77,7 +77,8 @@ class ParameterServer:
         max_update_norm: updates whose delta has a larger L2 norm are
             refused; None: no bound.
         max_in_flight: requests outstanding at once (bounds the memory of
-            encoded models in flight; enough to keep every worker busy).
+            encoded models and of replies in flight); None: 8 per host of
+            the runtime, at most 64 (`Courier.in_flight`).
         n_classes: the dataset's class count (from the scenario): a class
             histogram of another length is refused. None: the first
             accepted histogram's length.
@@ -96,7 +97,7 @@ class ParameterServer:
         task_timeout_s: float | None = None,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         max_update_norm: float | None = None,
-        max_in_flight: int = 64,
+        max_in_flight: int | None = None,
         n_classes: int | None = None,
     ) -> None:
         models = [np.asarray(m, dtype=np.float32) for m in initial_models]

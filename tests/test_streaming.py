@@ -3,6 +3,7 @@ what aggregating the kept deltas gives, without keeping them."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from pathlib import Path
 from typing import Any
@@ -12,11 +13,14 @@ import pytest
 
 import clusterfed
 from clusterfed.actors.clock import Deadline, Fraction
+from clusterfed.actors.courier import Courier
 from clusterfed.actors.folding import RoundFold
+from clusterfed.actors.validation import ReplyBooks
 from clusterfed.algorithms import ClientUpdate, ClusterSums, Strategy, weighted_mean
 from clusterfed.algorithms.fedavg import FedAvg
 from clusterfed.algorithms.ifca import IFCALoop
 from clusterfed.scenarios import Straggle
+from clusterfed.testing import Request, ServerHarness
 from clusterfed.types import ClientId, ClusterId
 from helpers import read_rounds, small_scenario
 
@@ -168,3 +172,40 @@ def test_a_fraction_deadline_and_a_robust_aggregator_keep_every_delta(
     spy.calls.clear()
     _rows(tmp_path / "median", rounds=2, aggregator="median")
     assert spy.calls == ["aggregate"] * 2
+
+
+class _Hosts:
+    def __init__(self, parallelism: int | None) -> None:
+        if parallelism is not None:
+            self.parallelism = parallelism
+
+
+@pytest.mark.parametrize(
+    ("parallelism", "explicit", "expected"),
+    [(2, None, 16), (1, None, 8), (100, None, 64), (None, None, 64), (2, 5, 5)],
+)
+def test_requests_in_flight_follow_the_runtimes_hosts(
+    parallelism: int | None, explicit: int | None, expected: int
+) -> None:
+    courier = Courier(_Hosts(parallelism), ReplyBooks(), max_in_flight=explicit)  # type: ignore[arg-type]
+    assert courier.in_flight() == expected
+
+
+def test_no_more_requests_are_outstanding_than_in_flight_allows() -> None:
+    harness = ServerHarness(small_scenario(clients=20, rounds=1))
+    harness.parallelism = 1  # type: ignore[attr-defined]
+    outstanding, most = [0], [0]
+
+    async def answer(request: Request) -> bytes | None:
+        outstanding[0] += 1
+        most[0] = max(most[0], outstanding[0])
+        await asyncio.sleep(0.005)
+        outstanding[0] -= 1
+        return await harness.honest(request)
+
+    async def play() -> None:
+        await harness.join()
+        await harness.run_round(0, answer)
+
+    asyncio.run(play())
+    assert most[0] == 8
