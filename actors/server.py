@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from clusterfed.algorithms import ClientInfo, ServerState, Strategy
+from clusterfed.algorithms.base import streams
 from clusterfed.errors import ConfigError
 from clusterfed.protocol import (
     MAX_MESSAGE_BYTES,
@@ -240,7 +241,7 @@ class ParameterServer:
                 (p.client for p in plans),
                 partial(self.strategy.fold_weight, self.state),
             )
-            if self.strategy.folds()
+            if streams(self.strategy)
             else None
         )
         updates, epsilon, training = await phases.train(

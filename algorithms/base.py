@@ -343,6 +343,19 @@ class Strategy(ABC, Generic[S]):
         return TaskPlan(client=client, models={cluster: weights})
 
 
+def streams(strategy: Strategy[Any]) -> bool:
+    """Whether the server may fold `strategy`'s round (`Strategy.folds`):
+    it says it folds, and its `aggregate_sums` is defined where its
+    `aggregate` is or below it. A subclass that overrides `aggregate` alone
+    (to record, to check, to change it) expects it to be called, and is."""
+    if not strategy.folds():
+        return False
+    mro = type(strategy).__mro__
+    aggregate = next(k for k in mro if "aggregate" in vars(k))
+    sums = next(k for k in mro if "aggregate_sums" in vars(k))
+    return issubclass(sums, aggregate)
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One model a client may pick: its cluster, weights and last change."""

@@ -41,6 +41,7 @@ from clusterfed.algorithms import (
     TaskPlan,
     make,
 )
+from clusterfed.algorithms.base import streams
 from clusterfed.types import ClientId
 
 DIM = 12
@@ -328,14 +329,15 @@ def the_async_mode_folds_updates_alone(name: str) -> None:
 
 
 def folding_equals_aggregate(name: str) -> None:
-    """A strategy that folds (`folds()`): `aggregate_sums` over its updates'
-    running sums, added in any order of arrival as the server adds them,
-    equals `aggregate` over the same round bit for bit — with unequal sample
-    counts, a failed update and one of 0 samples. Other strategies pass."""
+    """A strategy that the server folds (`algorithms.base.streams`):
+    `aggregate_sums` over its updates' running sums, added in any order of
+    arrival as the server adds them, equals `aggregate` over the same round
+    bit for bit — with unequal sample counts, a failed update and one of 0
+    samples. Other strategies pass."""
     from clusterfed.actors.folding import RoundFold
 
     strategy, state, clients, _ = _joined(name, seed=3)
-    if not strategy.folds():
+    if not streams(strategy):
         return
     if strategy.wants:
         state = strategy.on_describe(

@@ -17,8 +17,10 @@ from clusterfed.actors.courier import Courier
 from clusterfed.actors.folding import RoundFold
 from clusterfed.actors.validation import ReplyBooks
 from clusterfed.algorithms import ClientUpdate, ClusterSums, Strategy, weighted_mean
+from clusterfed.algorithms.base import streams
 from clusterfed.algorithms.fedavg import FedAvg
 from clusterfed.algorithms.ifca import IFCALoop
+from clusterfed.algorithms.registry import make
 from clusterfed.scenarios import Straggle
 from clusterfed.testing import Request, ServerHarness
 from clusterfed.types import ClientId, ClusterId
@@ -209,3 +211,28 @@ def test_no_more_requests_are_outstanding_than_in_flight_allows() -> None:
 
     asyncio.run(play())
     assert most[0] == 8
+
+
+class _Recorded(FedAvg):
+    """FedAvg whose own `aggregate` records the deltas it gets."""
+
+    name = "recorded"
+    deltas: list[int] = []
+
+    def aggregate(self, state: Any, round: int, updates: Any, rng: Any) -> Any:
+        _Recorded.deltas.append(sum(u.delta is not None for u in updates))
+        return super().aggregate(state, round, updates, rng)
+
+
+def test_a_subclass_that_overrides_aggregate_alone_gets_every_delta() -> None:
+    assert streams(FedAvg()) and streams(make("fedprox")) and streams(make("gradloss"))
+    assert not streams(_Recorded()) and not streams(make("dcfl"))
+    harness = ServerHarness(small_scenario(rounds=1))
+    harness.server.strategy = _Recorded()
+
+    async def play() -> None:
+        await harness.join()
+        await harness.run_round(0)
+
+    asyncio.run(play())
+    assert _Recorded.deltas == [6]
