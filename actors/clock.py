@@ -123,7 +123,23 @@ def close_round(
             cutoff = arrived[needed - 1][0]
             return cutoff, {c for d, c in arrived if d > cutoff}
         case Deadline(seconds=seconds):
-            late = {c for d, c in arrived if d > seconds}
+            late = {c for d, c in arrived if arrives_late(policy, d)}
             missing = len(arrived) < len(durations)
             return (seconds if late or missing else slowest), late
+    raise TypeError(f"unknown deadline policy {policy!r}")
+
+
+def arrives_late(
+    policy: WaitAll | Fraction | Deadline, duration_s: float | None
+) -> bool | None:
+    """Whether a reply `duration_s` into the round is late, decided by that
+    reply alone; None for `Fraction`, which ranks every reply first. A
+    reply that never comes (None) is not late."""
+    match policy:
+        case WaitAll():
+            return False
+        case Fraction():
+            return None
+        case Deadline(seconds=seconds):
+            return duration_s is not None and duration_s > seconds
     raise TypeError(f"unknown deadline policy {policy!r}")

@@ -38,8 +38,9 @@ from clusterfed.protocol import (
 )
 from clusterfed.types import ClientId, ClusterId
 
-from .clock import DeadlinePolicy, SimClock, close_round
+from .clock import DeadlinePolicy, SimClock, arrives_late, close_round
 from .courier import Courier
+from .folding import RoundFold
 from .outcome import ClientOutcome, Exchange
 from .validation import (
     check_evaluation,
@@ -136,41 +137,72 @@ async def train(
     deadline: DeadlinePolicy,
     limits: UpdateLimits,
     start: float | None = None,
+    fold: RoundFold | None = None,
 ) -> tuple[list[ClientUpdate], dict[ClientId, float], float]:
     """Send the planned train tasks and judge each update. Returns the
     updates (one per plan), the ε each client reported, the phase's length.
 
     The tasks start at simulated `start` (default: now); a client that goes
     offline before its update is back (`clock.availability`) has failed,
-    though it trained (its ε is spent, as a late update's)."""
+    though it trained (its ε is spent, as a late update's).
+
+    With a `fold` (streaming aggregation) each update is judged as its reply
+    arrives, added to the fold's sums and returned without its delta —
+    wherever the deadline decides lateness reply by reply (not `Fraction`,
+    which ranks every reply) and no client is planned twice; otherwise the
+    deltas are kept and the fold stays empty."""
     tasks = train_tasks(plans, config)
+    at = clock.now if start is None else start
+    clients = [p.client for p in plans]
+    streams = (
+        fold is not None
+        and arrives_late(deadline, 0.0) is not None
+        and len(set(clients)) == len(clients)
+    )
+    decided: dict[int, tuple[Exchange, ClientUpdate, float | None, float | None]] = {}
+
+    def on_arrival(index: int, exchange: Exchange) -> Exchange:
+        assert fold is not None
+        plan = plans[index]
+        length_s = duration(clock, plan.client, exchange)
+        gone_s = went_offline(clock, plan.client, at, length_s)
+        if gone_s is not None:
+            length_s = None
+        update = judge(plan, exchange, limits, books, gone_s)
+        if arrives_late(deadline, length_s):
+            update = late_update(update)
+        kept = without_delta(exchange)
+        decided[index] = (kept, fold.add(update), length_s, gone_s)
+        return kept
+
     exchanges = await courier.round_trip(
         [(p.client, t) for p, t in zip(plans, tasks, strict=True)],
         books.round,
         books.members,
+        on_exchange=on_arrival if streams else None,
     )
-    durations = {
-        p.client: duration(clock, p.client, e)
-        for p, e in zip(plans, exchanges, strict=True)
-    }
-    at = clock.now if start is None else start
+    durations: dict[ClientId, float | None] = {}
     gone: dict[ClientId, float] = {}  # client → seconds into its task
-    for client, length_s in durations.items():
-        cut = went_offline(clock, client, at, length_s)
+    for index, (plan, exchange) in enumerate(zip(plans, exchanges, strict=True)):
+        if streams:
+            _, _, durations[plan.client], cut = decided[index]
+        else:
+            durations[plan.client] = duration(clock, plan.client, exchange)
+            cut = went_offline(clock, plan.client, at, durations[plan.client])
         if cut is not None:
-            gone[client], durations[client] = cut, None
+            gone[plan.client], durations[plan.client] = cut, None
     length, late = close_round(durations, deadline)
     updates = []
     updated: set[ClientId] = set()
     epsilon: dict[ClientId, float] = {}
-    for plan, exchange in zip(plans, exchanges, strict=True):
+    for index, (plan, exchange) in enumerate(zip(plans, exchanges, strict=True)):
+        if streams:
+            exchange, update, _, _ = decided[index]
+        else:
+            update = judge(plan, exchange, limits, books, gone.get(plan.client))
         trained = exchange.status == "ok"
         if plan.client in gone:
             exchange = offline_exchange(exchange, gone[plan.client])
-        declared = books.members.get(plan.client)
-        update = judge_update(
-            plan, exchange, limits, declared.n_train if declared else None
-        )
         if update.ok and plan.client in updated:
             update = replace(
                 update,
@@ -178,8 +210,8 @@ async def train(
                 reason=f"duplicate: a second update from client {plan.client}"
                 f" in round {books.round}",
             )
-        if update.ok and plan.client in late:
-            update = replace(update, status="late", reason="after the deadline")
+        if plan.client in late:
+            update = late_update(update)
         if update.ok:
             updated.add(plan.client)
         outcome = books.outcomes[plan.client]
@@ -196,6 +228,40 @@ async def train(
         )
         updates.append(update)
     return updates, epsilon, length
+
+
+def judge(
+    plan: TaskPlan,
+    exchange: Exchange,
+    limits: UpdateLimits,
+    books: RoundBooks,
+    gone_s: float | None,
+) -> ClientUpdate:
+    """One update's verdict: failed if its client went offline `gone_s`
+    into the task, else `judge_update`'s."""
+    if gone_s is not None:
+        exchange = offline_exchange(exchange, gone_s)
+    declared = books.members.get(plan.client)
+    return judge_update(plan, exchange, limits, declared.n_train if declared else None)
+
+
+def late_update(update: ClientUpdate) -> ClientUpdate:
+    """An accepted update that came after the deadline is late."""
+    if update.ok:
+        return replace(update, status="late", reason="after the deadline")
+    return update
+
+
+def without_delta(exchange: Exchange) -> Exchange:
+    """The exchange with its update's delta dropped (it is folded)."""
+    reply = exchange.reply
+    if reply is None or not isinstance(reply.payload, UpdateReply):
+        return exchange
+    payload = reply.payload.model_copy(update={"delta": _FOLDED})
+    return replace(exchange, reply=reply.model_copy(update={"payload": payload}))
+
+
+_FOLDED = np.zeros(0, dtype=np.float32)
 
 
 def went_offline(

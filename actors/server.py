@@ -18,11 +18,13 @@ run needs, and `restore` puts it back (see `clusterfed.checkpoint`).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from clusterfed.algorithms import ClientInfo, ServerState, Strategy
+from clusterfed.algorithms.base import streams
 from clusterfed.errors import ConfigError
 from clusterfed.protocol import (
     MAX_MESSAGE_BYTES,
@@ -42,6 +44,7 @@ from . import phases
 from .client import client_address
 from .clock import DeadlinePolicy, SimClock, WaitAll
 from .courier import Courier
+from .folding import RoundFold
 from .outcome import ClientOutcome, RoundOutcome
 from .phases import RoundBooks, UpdateLimits
 from .runtimes import Runtime
@@ -75,7 +78,8 @@ class ParameterServer:
         max_update_norm: updates whose delta has a larger L2 norm are
             refused; None: no bound.
         max_in_flight: requests outstanding at once (bounds the memory of
-            encoded models in flight; enough to keep every worker busy).
+            encoded models and of replies in flight); None: 8 per host of
+            the runtime, at most 64 (`Courier.in_flight`).
         n_classes: the dataset's class count (from the scenario): a class
             histogram of another length is refused. None: the first
             accepted histogram's length.
@@ -94,7 +98,7 @@ class ParameterServer:
         task_timeout_s: float | None = None,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         max_update_norm: float | None = None,
-        max_in_flight: int = 64,
+        max_in_flight: int | None = None,
         n_classes: int | None = None,
     ) -> None:
         models = [np.asarray(m, dtype=np.float32) for m in initial_models]
@@ -232,6 +236,14 @@ class ParameterServer:
             if active
             else []
         )
+        fold = (
+            RoundFold(
+                (p.client for p in plans),
+                partial(self.strategy.fold_weight, self.state),
+            )
+            if streams(self.strategy)
+            else None
+        )
         updates, epsilon, training = await phases.train(
             self.courier,
             self.clock,
@@ -241,6 +253,7 @@ class ParameterServer:
             self.deadline,
             self.limits,
             start=self.clock.now + waiting + describing,
+            fold=fold,
         )
         self.epsilon.update(epsilon)
         probes = [
@@ -253,7 +266,12 @@ class ParameterServer:
             updates, probing = await phases.probe(
                 self.courier, self.clock, books, probes, updates
             )
-        aggregated = self.strategy.aggregate(self.state, round, updates, self.rng)
+        if fold is not None and fold.done:
+            aggregated = self.strategy.aggregate_sums(
+                self.state, round, updates, fold.sums, self.rng
+            )
+        else:  # the deltas were kept (see phases.train)
+            aggregated = self.strategy.aggregate(self.state, round, updates, self.rng)
         problem = check_models(aggregated.models)
         if problem is None:
             self.state = aggregated

@@ -166,6 +166,10 @@ class TracingRuntime:
         self.writer = writer
         self.name = runtime.name
 
+    @property
+    def parallelism(self) -> int | None:
+        return getattr(self.inner, "parallelism", None)
+
     async def start(self) -> None:
         await self.inner.start()
 

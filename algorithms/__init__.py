@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from clusterfed.types import Status
 
-from ._aggregate import average_per_cluster, weighted_mean
+from ._aggregate import (
+    ClusterSums,
+    average_per_cluster,
+    counts_in_mean,
+    sum_per_cluster,
+    weighted_mean,
+)
 from .base import (
     Candidate,
     ClientInfo,
@@ -25,6 +31,7 @@ __all__ = [
     "ClientInfo",
     "ClientProbe",
     "ClientUpdate",
+    "ClusterSums",
     "IdentityPolicy",
     "PeerScore",
     "ProbePlan",
@@ -35,9 +42,11 @@ __all__ = [
     "Want",
     "algorithms",
     "average_per_cluster",
+    "counts_in_mean",
     "identity_policies",
     "make",
     "make_policy",
     "parameters",
+    "sum_per_cluster",
     "weighted_mean",
 ]

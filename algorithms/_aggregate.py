@@ -56,6 +56,77 @@ def weighted_mean(
     return acc / total
 
 
+class ClusterSums:
+    """Each cluster's running Σ wᵢ δᵢ (float64) and Σ wᵢ, in the order added.
+
+    What a mean-aggregating round needs of its updates: the server adds each
+    accepted delta as its reply is decided and drops it (streaming
+    aggregation), so memory holds one sum per cluster, not one delta per
+    client. Added in client order, the mean equals `weighted_mean` over the
+    same updates bit for bit: the same float64 accumulation, one update at a
+    time, and weights (sample counts or 1) whose float64 sum is exact in any
+    order.
+    """
+
+    def __init__(self) -> None:
+        self._sums: dict[ClusterId, np.ndarray] = {}
+        self._weights: dict[ClusterId, float] = {}
+
+    def add(self, cluster: ClusterId, delta: np.ndarray, weight: float) -> None:
+        """Fold `weight` × `delta` into `cluster`'s sum (a weight ≤ 0 is not
+        a member: nothing is added)."""
+        if weight <= 0:
+            return
+        acc = self._sums.get(cluster)
+        if acc is None:
+            acc = self._sums[cluster] = np.zeros(delta.shape, dtype=np.float64)
+        acc += float(weight) * delta
+        self._weights[cluster] = self._weights.get(cluster, 0.0) + float(weight)
+
+    @property
+    def clusters(self) -> list[ClusterId]:
+        """The clusters some update was added to, in id order."""
+        return sorted(self._sums)
+
+    def mean(self, cluster: ClusterId) -> np.ndarray:
+        """Σ wᵢ δᵢ / Σ wᵢ of `cluster` (float64)."""
+        return self._sums[cluster] / self._weights[cluster]
+
+    def step(
+        self, models: Mapping[ClusterId, np.ndarray], *, server_lr: float = 1.0
+    ) -> dict[ClusterId, np.ndarray]:
+        """`models` with each summed cluster moved by `server_lr` × its mean."""
+        new = dict(models)
+        for cluster in self.clusters:
+            new[cluster] = (models[cluster] + server_lr * self.mean(cluster)).astype(
+                np.float32
+            )
+        return new
+
+
+def counts_in_mean(update: ClientUpdate) -> bool:
+    """Whether an update joins its cluster's mean: accepted, with a delta of
+    at least one sample."""
+    return update.ok and update.delta is not None and update.n_samples > 0
+
+
+def sum_per_cluster(
+    updates: Sequence[ClientUpdate], mean: ClusterMean = "weighted"
+) -> ClusterSums:
+    """The `ClusterSums` of the updates that count, in client order."""
+    sums = ClusterSums()
+    for update in sorted(updates, key=lambda u: u.client):
+        if counts_in_mean(update):
+            assert update.delta is not None
+            sums.add(update.cluster, update.delta, member_weight(update, mean))
+    return sums
+
+
+def member_weight(update: ClientUpdate, mean: ClusterMean) -> float:
+    """An update's weight in its cluster's mean: its sample count, or 1."""
+    return float(update.n_samples) if mean == "weighted" else 1.0
+
+
 def average_per_cluster(
     models: Mapping[ClusterId, np.ndarray],
     updates: Sequence[ClientUpdate],
@@ -70,9 +141,11 @@ def average_per_cluster(
     Only accepted ("ok") updates count; a cluster nobody updated keeps its model.
     Updates are taken in client order so the sum is the same in every run.
     """
+    if isinstance(aggregator, Mean):
+        return sum_per_cluster(updates, mean).step(models, server_lr=server_lr)
     by_cluster: dict[ClusterId, list[tuple[np.ndarray, int]]] = defaultdict(list)
     for update in sorted(updates, key=lambda u: u.client):
-        if update.ok and update.delta is not None and update.n_samples > 0:
+        if counts_in_mean(update) and update.delta is not None:
             by_cluster[update.cluster].append((update.delta, update.n_samples))
     new = dict(models)
     for cluster, members in by_cluster.items():

@@ -20,7 +20,16 @@ import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, Literal, Protocol, Self, TypeVar
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    ClassVar,
+    Generic,
+    Literal,
+    Protocol,
+    Self,
+    TypeVar,
+)
 
 import numpy as np
 
@@ -28,6 +37,9 @@ from clusterfed.protocol import TrainConfig
 from clusterfed.types import ClientId, ClusterId, Status
 
 from .robust import MEAN, Krum, Mean, Median, NormClip, TrimmedMean
+
+if TYPE_CHECKING:  # _aggregate imports this module
+    from ._aggregate import ClusterSums
 
 Want = Literal["class_histogram"]
 """A data description a strategy may ask clients for (see `Strategy.wants`)."""
@@ -161,7 +173,9 @@ class Strategy(ABC, Generic[S]):
     Optional hooks, all no-ops by default: `wants` + `on_describe` (clients
     describe their data once, only for a strategy that asks), `plan_probes`
     (model sharing between training and aggregation), `diagnostics` (what the
-    strategy decided, for the results).
+    strategy decided, for the results), `folds` + `fold_weight` +
+    `aggregate_sums` (streaming aggregation, for a round that needs only
+    per-cluster sums of the deltas).
     """
 
     name: ClassVar[str]
@@ -241,6 +255,38 @@ class Strategy(ABC, Generic[S]):
     ) -> S:
         """Fold this round's updates into new cluster models (and assignment)."""
 
+    # -- streaming aggregation (optional) --------------------------------------
+
+    def folds(self) -> bool:
+        """Whether this round's `aggregate` needs only each cluster's weighted
+        sum of the accepted deltas. Then the server adds each delta to a
+        running `ClusterSums` as its reply is decided (in client order,
+        weighted by `fold_weight`), drops it, and calls `aggregate_sums`
+        instead of `aggregate`: memory holds one sum per cluster, not every
+        client's update. False (the default): the server keeps every update
+        of the round until `aggregate` (DCFL's distances, CFL's and FedAC's
+        splits, OCFL, CAFA, the robust aggregators need them all)."""
+        return False
+
+    def fold_weight(self, state: S, update: ClientUpdate) -> float:
+        """Streaming aggregation: the weight of an accepted update of at
+        least one sample in its cluster's sum (0: it does not count)."""
+        raise NotImplementedError(f"{self.name} does not fold its updates")
+
+    def aggregate_sums(
+        self,
+        state: S,
+        round: int,
+        updates: Sequence[ClientUpdate],
+        sums: ClusterSums,
+        rng: np.random.Generator,
+    ) -> S:
+        """Streaming aggregation: `aggregate` from the round's per-cluster
+        sums. `updates` are the round's outcomes as for `aggregate`, but
+        without their deltas. Must equal `aggregate` on the same round bit
+        for bit (the conformance suite checks it)."""
+        raise NotImplementedError(f"{self.name} does not fold its updates")
+
     def on_describe(
         self,
         state: S,
@@ -295,6 +341,19 @@ class Strategy(ABC, Generic[S]):
     def plan_for(self, state: S, client: ClientId) -> TaskPlan:
         cluster, weights = self.model_for(state, client)
         return TaskPlan(client=client, models={cluster: weights})
+
+
+def streams(strategy: Strategy[Any]) -> bool:
+    """Whether the server may fold `strategy`'s round (`Strategy.folds`):
+    it says it folds, and its `aggregate_sums` is defined where its
+    `aggregate` is or below it. A subclass that overrides `aggregate` alone
+    (to record, to check, to change it) expects it to be called, and is."""
+    if not strategy.folds():
+        return False
+    mro = type(strategy).__mro__
+    aggregate = next(k for k in mro if "aggregate" in vars(k))
+    sums = next(k for k in mro if "aggregate_sums" in vars(k))
+    return issubclass(sums, aggregate)
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ._aggregate import average_per_cluster
+from ._aggregate import ClusterSums, average_per_cluster, member_weight
 from .base import ClientInfo, ClientUpdate, ServerState, Strategy, TaskPlan
+from .robust import Mean
 
 
 class FedAvg(Strategy[ServerState]):
@@ -55,6 +56,22 @@ class FedAvg(Strategy[ServerState]):
             state.models, updates, server_lr=self.server_lr, aggregator=self.aggregator
         )
         return state.replace(models=models)
+
+    def folds(self) -> bool:
+        return isinstance(self.aggregator, Mean)  # robust rules need every update
+
+    def fold_weight(self, state: ServerState, update: ClientUpdate) -> float:
+        return member_weight(update, "weighted")
+
+    def aggregate_sums(
+        self,
+        state: ServerState,
+        round: int,
+        updates: Sequence[ClientUpdate],
+        sums: ClusterSums,
+        rng: np.random.Generator,
+    ) -> ServerState:
+        return state.replace(models=sums.step(state.models, server_lr=self.server_lr))
 
 
 def sample_clients(

@@ -37,6 +37,7 @@ import numpy as np
 
 from clusterfed.types import ClientId, ClusterId
 
+from ._aggregate import ClusterSums
 from .base import (
     Candidate,
     ClientInfo,
@@ -151,7 +152,29 @@ class GradLoss(IFCALoop[GradLossState]):
         updates: Sequence[ClientUpdate],
         rng: np.random.Generator,
     ) -> GradLossState:
-        new = super().aggregate(state, round, updates, rng)
+        return self._remember(
+            state, super().aggregate(state, round, updates, rng), updates, rng
+        )
+
+    def aggregate_sums(
+        self,
+        state: GradLossState,
+        round: int,
+        updates: Sequence[ClientUpdate],
+        sums: ClusterSums,
+        rng: np.random.Generator,
+    ) -> GradLossState:
+        new = super().aggregate_sums(state, round, updates, sums, rng)
+        return self._remember(state, new, updates, rng)
+
+    def _remember(
+        self,
+        state: GradLossState,
+        new: GradLossState,
+        updates: Sequence[ClientUpdate],
+        rng: np.random.Generator,
+    ) -> GradLossState:
+        """Each chosen cluster's last change, and seeds for the empty ones."""
         chosen = {u.cluster for u in updates if u.ok}
         last = {
             k: (new.models[k].astype(np.float64) - state.models[k]).astype(np.float32)

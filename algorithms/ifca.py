@@ -34,7 +34,13 @@ import numpy as np
 
 from clusterfed.types import ClientId, ClusterId
 
-from ._aggregate import ClusterMean, average_per_cluster, check_cluster_mean
+from ._aggregate import (
+    ClusterMean,
+    ClusterSums,
+    average_per_cluster,
+    check_cluster_mean,
+    member_weight,
+)
 from ._buffers import Buffered, ClusterBuffer
 from .base import (
     Candidate,
@@ -48,6 +54,7 @@ from .base import (
     TaskPlan,
 )
 from .fedavg import sample_clients
+from .robust import Mean
 
 
 class MinLoss(IdentityPolicy):
@@ -140,6 +147,29 @@ class IFCALoop(Strategy[S]):
             state.models, ok, aggregator=self.aggregator, mean=self.mean
         )
         return state.replace(models=models, assignment=assignment)
+
+    def folds(self) -> bool:
+        return isinstance(self.aggregator, Mean)  # robust rules need every update
+
+    def fold_weight(self, state: S, update: ClientUpdate) -> float:
+        """A client that left during the round counts for nothing."""
+        if update.client not in state.assignment:
+            return 0.0
+        return member_weight(update, self.mean)
+
+    def aggregate_sums(
+        self,
+        state: S,
+        round: int,
+        updates: Sequence[ClientUpdate],
+        sums: ClusterSums,
+        rng: np.random.Generator,
+    ) -> S:
+        assignment: dict[ClientId, ClusterId] = dict(state.assignment)
+        assignment.update(
+            {u.client: u.cluster for u in updates if u.ok and u.client in assignment}
+        )
+        return state.replace(models=sums.step(state.models), assignment=assignment)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,9 @@ at 10,000 clients: 5 to train on, 1 held out).
 
 `--probe` also prints this process's RSS at the steps of each round (before
 and after the train phase, around the strategy's `aggregate`) with the
-number and bytes of the deltas handed to `aggregate`; `--tracemalloc`
+number and bytes of the deltas handed to `aggregate` (or, when the round is
+streamed, how many updates at most waited in the fold for an earlier
+client); `--tracemalloc`
 prints the allocation sites that hold the most memory just before the first
 `aggregate` (slow: use it with few rounds). Past `--limit-gib` (total PSS)
 the run is stopped: its workers are killed and this process exits.
@@ -48,6 +50,8 @@ import psutil
 import clusterfed
 from clusterfed.actors import phases
 from clusterfed.actors.courier import Courier
+from clusterfed.actors.folding import RoundFold
+from clusterfed.actors.server import ParameterServer
 from clusterfed.algorithms.fedavg import FedAvg
 from clusterfed.scenarios.spec import DATASET_SIZES
 
@@ -134,8 +138,25 @@ def install_probe(log: Callable[[str], None], trace: bool, every: int) -> None:
         log(f"train phase done (every reply decoded and judged): {rss_gib():.2f} GiB")
         return result
 
-    aggregate = FedAvg.aggregate
+    aggregate, aggregate_sums = FedAvg.aggregate, FedAvg.aggregate_sums
     traced = [False]
+    folds: list[RoundFold] = []
+    fold_init = RoundFold.__init__
+
+    def kept_fold(self: RoundFold, *args: Any, **kwargs: Any) -> None:
+        fold_init(self, *args, **kwargs)
+        folds[:] = [self]
+
+    def probed_aggregate_sums(
+        self: FedAvg, state: Any, round: int, updates: Any, sums: Any, rng: Any
+    ) -> Any:
+        held = sum(u.delta is not None for u in updates)
+        waited = folds[0].most_waiting if folds else 0
+        log(
+            f"aggregate_sums gets {held} deltas (streamed; at most {waited}"
+            f" waited for an earlier client): {rss_gib():.2f} GiB"
+        )
+        return aggregate_sums(self, state, round, updates, sums, rng)
 
     def probed_aggregate(
         self: FedAvg, state: Any, round: int, updates: Any, rng: Any
@@ -175,6 +196,8 @@ def install_probe(log: Callable[[str], None], trace: bool, every: int) -> None:
     Courier._exchange = counted_exchange  # type: ignore[method-assign]
     phases.train = probed_train  # type: ignore[assignment]
     FedAvg.aggregate = probed_aggregate  # type: ignore[method-assign]
+    FedAvg.aggregate_sums = probed_aggregate_sums  # type: ignore[method-assign]
+    RoundFold.__init__ = kept_fold  # type: ignore[method-assign]
 
 
 def partition_kind(kind: str, clients: int, dataset: str) -> str:
@@ -230,7 +253,17 @@ def main() -> None:
     parser.add_argument("--limit-gib", type=float, default=12.0)
     parser.add_argument("--probe", action="store_true")
     parser.add_argument("--tracemalloc", action="store_true")
+    parser.add_argument(
+        "--max-in-flight",
+        type=int,
+        default=None,
+        help="the server's requests outstanding at once (default: the server's)",
+    )
     args = parser.parse_args()
+    if args.max_in_flight is not None:
+        defaults = ParameterServer.__init__.__kwdefaults__
+        assert defaults is not None and "max_in_flight" in defaults
+        defaults["max_in_flight"] = args.max_in_flight
 
     def log(line: str) -> None:
         if args.probe or args.tracemalloc:

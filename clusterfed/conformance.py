@@ -16,7 +16,8 @@ models; the state keeps its shape through joins and rounds; no hook mutates
 its inputs; empty and all-failed rounds change nothing; the same seed gives
 the same result; a leaving client leaves the assignment; accepted updates
 move the models, and zero updates do not; a strategy with an asynchronous
-mode folds single updates by the same rules.
+mode folds single updates by the same rules; a strategy that folds its round
+into running sums (streaming aggregation) gets what `aggregate` gives.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -39,6 +41,7 @@ from clusterfed.algorithms import (
     TaskPlan,
     make,
 )
+from clusterfed.algorithms.base import streams
 from clusterfed.types import ClientId
 
 DIM = 12
@@ -325,6 +328,48 @@ def the_async_mode_folds_updates_alone(name: str) -> None:
         np.testing.assert_array_equal(results[0].models[k], results[1].models[k])
 
 
+def folding_equals_aggregate(name: str) -> None:
+    """A strategy that the server folds (`algorithms.base.streams`):
+    `aggregate_sums` over its updates' running sums, added in any order of
+    arrival as the server adds them, equals `aggregate` over the same round
+    bit for bit — with unequal sample counts, a failed update and one of 0
+    samples. Other strategies pass."""
+    from clusterfed.actors.folding import RoundFold
+
+    strategy, state, clients, _ = _joined(name, seed=3)
+    if not streams(strategy):
+        return
+    if strategy.wants:
+        state = strategy.on_describe(
+            state, 0, _histograms(clients), np.random.default_rng(3)
+        )
+    plan_rng = np.random.default_rng(5)
+    for round in range(3):
+        plans = strategy.plan_round(state, round, clients, plan_rng)
+        updates = [
+            replace(u, n_samples=1 + 7 * i) for i, u in enumerate(_updates(plans))
+        ]
+        updates[0] = replace(updates[0], status="failed", base=None, delta=None)
+        updates[-1] = replace(updates[-1], n_samples=0)
+        fold = RoundFold(
+            (u.client for u in updates), partial(strategy.fold_weight, state)
+        )
+        kept = {u.client: fold.add(u) for u in reversed(updates)}
+        assert fold.done, "every update was added, yet the fold is not done"
+        assert all(u.delta is None for u in kept.values())
+        stripped = [kept[u.client] for u in updates]
+        expected = strategy.aggregate(
+            state, round, updates, np.random.default_rng(round)
+        )
+        got = strategy.aggregate_sums(
+            state, round, stripped, fold.sums, np.random.default_rng(round)
+        )
+        assert _frozen_copy(got) == _frozen_copy(expected), (
+            f"round {round}: aggregate_sums differs from aggregate"
+        )
+        state = expected
+
+
 Check = Callable[[str], None]
 
 # Every check, in the order a strategy's life goes.
@@ -339,6 +384,7 @@ CHECKS: tuple[Check, ...] = (
     leaving_clients_leave_the_assignment,
     accepted_updates_move_the_models,
     the_async_mode_folds_updates_alone,
+    folding_equals_aggregate,
 )
 
 

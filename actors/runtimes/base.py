@@ -3,6 +3,10 @@
 A runtime knows nothing of rounds, deadlines, reachability or timeouts: the
 server's courier (`actors/courier.py`) decides who is reachable, how long to
 wait and what a missing reply means, the same way above every runtime.
+
+A runtime may also say how many hosts compute at once (`parallelism`, an
+int); the courier keeps that many times 8 requests in flight (at most 64),
+64 when a runtime does not say.
 """
 
 from __future__ import annotations

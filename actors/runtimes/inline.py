@@ -24,6 +24,9 @@ class InlineRuntime:
         self.host = ClientHost()
         self._torch_threads = torch.get_num_threads()
 
+    parallelism = 1
+    """One host: this process."""
+
     async def start(self) -> None:
         # One thread, as in a worker: the same numerics in every runtime.
         torch.set_num_threads(1)

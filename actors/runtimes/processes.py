@@ -194,6 +194,11 @@ class ProcessRuntime:
         self._workers: dict[int, _Worker] = {}
         self._torch_threads = torch.get_num_threads()
 
+    @property
+    def parallelism(self) -> int:
+        """Hosts that compute at once: the workers."""
+        return self.n_workers
+
     async def start(self) -> None:
         # The event loop's process trains nothing; one thread leaves the
         # cores to the workers (forked with it).
