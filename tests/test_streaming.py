@@ -227,6 +227,7 @@ class _Recorded(FedAvg):
 def test_a_subclass_that_overrides_aggregate_alone_gets_every_delta() -> None:
     assert streams(FedAvg()) and streams(make("fedprox")) and streams(make("gradloss"))
     assert not streams(_Recorded()) and not streams(make("dcfl"))
+    _Recorded.deltas.clear()
     harness = ServerHarness(small_scenario(rounds=1))
     harness.server.strategy = _Recorded()
 
