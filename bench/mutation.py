@@ -96,6 +96,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
             "test_strategy_conformance.py",
             "test_strategy_base.py",  # ServerState and Strategy defaults alone
             "test_registry.py",  # every refusal whole, module paths, entry points
+            "test_streaming.py",  # folds, streams and the fold hooks' defaults
         ],
     ),
     "timeline": (

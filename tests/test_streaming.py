@@ -21,6 +21,7 @@ from clusterfed.algorithms.base import streams
 from clusterfed.algorithms.fedavg import FedAvg
 from clusterfed.algorithms.ifca import IFCALoop
 from clusterfed.algorithms.registry import make
+from clusterfed.algorithms.robust import Median
 from clusterfed.scenarios import Straggle
 from clusterfed.testing import Request, ServerHarness
 from clusterfed.types import ClientId, ClusterId
@@ -237,3 +238,23 @@ def test_a_subclass_that_overrides_aggregate_alone_gets_every_delta() -> None:
 
     asyncio.run(play())
     assert _Recorded.deltas == [6]
+
+
+def test_a_strategy_folds_only_when_it_says_so() -> None:
+    dcfl = make("dcfl")  # needs every update: keeps the default
+    assert not dcfl.folds() and not streams(dcfl)
+    with pytest.raises(NotImplementedError, match="^dcfl does not fold its updates$"):
+        dcfl.fold_weight(
+            dcfl.init_state([np.zeros(3, np.float32)]), _update(0, np.zeros(3), 1)
+        )
+    with pytest.raises(NotImplementedError, match="^dcfl does not fold its updates$"):
+        dcfl.aggregate_sums(
+            dcfl.init_state([np.zeros(3, np.float32)]),
+            0,
+            [],
+            ClusterSums(),
+            np.random.default_rng(0),
+        )
+    median = make("fedavg")
+    median.aggregator = Median()
+    assert not median.folds() and not streams(median)
