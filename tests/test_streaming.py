@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +18,18 @@ from clusterfed.actors.courier import Courier
 from clusterfed.actors.folding import RoundFold
 from clusterfed.actors.validation import ReplyBooks
 from clusterfed.algorithms import ClientUpdate, ClusterSums, Strategy, weighted_mean
+from clusterfed.algorithms._aggregate import (
+    average_per_cluster,
+    check_cluster_mean,
+    member_weight,
+    member_weights,
+    sum_per_cluster,
+)
 from clusterfed.algorithms.base import streams
 from clusterfed.algorithms.fedavg import FedAvg
 from clusterfed.algorithms.ifca import IFCALoop
 from clusterfed.algorithms.registry import make
-from clusterfed.algorithms.robust import Median
+from clusterfed.algorithms.robust import Median, NormClip
 from clusterfed.scenarios import Straggle
 from clusterfed.testing import Request, ServerHarness
 from clusterfed.types import ClientId, ClusterId
@@ -258,3 +266,73 @@ def test_a_strategy_folds_only_when_it_says_so() -> None:
     median = make("fedavg")
     median.aggregator = Median()
     assert not median.folds() and not streams(median)
+
+
+# -- the sums and means of _aggregate.py, worked by hand ---------------------
+
+
+def test_a_server_step_moves_the_summed_models_by_server_lr() -> None:
+    sums = ClusterSums()
+    sums.add(ClusterId(0), np.array([2.0, 4.0], np.float32), 1)
+    state = FedAvg().init_state([np.ones(2, np.float32)])
+    half = FedAvg(server_lr=0.5).aggregate_sums(
+        state, 0, [], sums, np.random.default_rng(0)
+    )
+    np.testing.assert_array_equal(half.models[ClusterId(0)], [2.0, 3.0])
+
+
+def test_cluster_means_are_named_and_weigh_members_by_count_or_alike() -> None:
+    assert check_cluster_mean("plain") == "plain"
+    assert check_cluster_mean("weighted") == "weighted"
+    with pytest.raises(ValueError) as refused:
+        check_cluster_mean("median")
+    assert str(refused.value) == "mean must be 'plain' or 'weighted', got 'median'"
+    assert member_weights([3, 5], "weighted") == [3, 5]
+    assert member_weights([3, 5], "plain") == [1, 1]
+    three = _update(0, np.zeros(2, np.float32), 3)
+    assert member_weight(three, "weighted") == 3.0
+    assert member_weight(three, "plain") == 1.0
+
+
+def test_a_weight_of_zero_adds_no_cluster() -> None:
+    sums = ClusterSums()
+    sums.add(ClusterId(5), np.ones(2, np.float32), 0)
+    assert sums.clusters == []
+
+
+def test_an_update_of_no_samples_is_no_member_even_in_a_plain_mean() -> None:
+    updates = [
+        _update(0, np.array([10.0, 10.0], np.float32), 0),
+        _update(1, np.array([2.0, 2.0], np.float32), 3),
+        _update(2, np.array([4.0, 0.0], np.float32), 1),
+    ]
+    plain = sum_per_cluster(updates, "plain")
+    np.testing.assert_array_equal(plain.mean(ClusterId(0)), [3.0, 1.0])
+    # The default is the sample-weighted mean: (3·[2, 2] + 1·[4, 0]) / 4.
+    np.testing.assert_array_equal(
+        sum_per_cluster(updates).mean(ClusterId(0)), [2.5, 1.5]
+    )
+
+
+def test_one_vector_is_its_own_weighted_mean() -> None:
+    vector = np.array([1.5, -2.0, 3.0], np.float32)
+    np.testing.assert_array_equal(weighted_mean([vector], [2]), vector)
+
+
+def test_robust_rules_take_accepted_updates_with_the_clusters_weights() -> None:
+    models = {ClusterId(0): np.zeros(2, np.float32)}
+    late = replace(_update(2, np.array([100.0, 100.0], np.float32), 5), status="late")
+    updates = [
+        _update(0, np.array([2.0, 0.0], np.float32), 1),
+        _update(1, np.array([0.0, 4.0], np.float32), 3),
+        late,
+    ]
+    loose = NormClip(max_norm=1e6)  # clips nothing: the cluster's own mean
+    weighted = average_per_cluster(models, updates, aggregator=loose)
+    np.testing.assert_array_equal(weighted[ClusterId(0)], [0.5, 3.0])
+    assert weighted[ClusterId(0)].dtype == np.float32
+    plain = average_per_cluster(models, updates, aggregator=loose, mean="plain")
+    np.testing.assert_array_equal(plain[ClusterId(0)], [1.0, 2.0])
+    # A median of the two accepted updates; the late one is left out.
+    median = average_per_cluster(models, updates, aggregator=Median())
+    np.testing.assert_array_equal(median[ClusterId(0)], [1.0, 2.0])
