@@ -65,7 +65,12 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "identity": (
         ["algorithms/ifca.py", "algorithms/gradloss.py"],
         # test_async_clusters: IFCA's asynchronous mode (absorb, plan_for)
-        ["test_identity.py", "test_async_clusters.py", "test_strategy_conformance.py"],
+        [
+            "test_identity.py",
+            "test_async_clusters.py",
+            "test_strategy_conformance.py",
+            "test_streaming.py",
+        ],
     ),
     "async": (
         [

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,13 @@ from clusterfed.actors.clock import Deadline, Fraction
 from clusterfed.actors.courier import Courier
 from clusterfed.actors.folding import RoundFold
 from clusterfed.actors.validation import ReplyBooks
-from clusterfed.algorithms import ClientUpdate, ClusterSums, Strategy, weighted_mean
+from clusterfed.algorithms import (
+    ClientInfo,
+    ClientUpdate,
+    ClusterSums,
+    Strategy,
+    weighted_mean,
+)
 from clusterfed.algorithms._aggregate import (
     average_per_cluster,
     check_cluster_mean,
@@ -336,3 +343,30 @@ def test_robust_rules_take_accepted_updates_with_the_clusters_weights() -> None:
     # A median of the two accepted updates; the late one is left out.
     median = average_per_cluster(models, updates, aggregator=Median())
     np.testing.assert_array_equal(median[ClusterId(0)], [1.0, 2.0])
+
+
+def test_an_ifca_fold_leaves_out_leavers_and_moves_only_accepted_clients() -> None:
+    ifca = make("ifca", clusters=2)
+    state = ifca.init_state([np.zeros(2, np.float32), np.ones(2, np.float32)])
+    for c in range(4):
+        state = ifca.on_join(state, ClientInfo(ClientId(c), n_train=10))
+    state = ifca.on_leave(state, ClientId(3))  # left while it trained
+    updates = [
+        _update(0, np.array([2.0, 2.0], np.float32), 4, cluster=1),
+        ClientUpdate(ClientId(1), ClusterId(1), "failed", reason="down"),
+        _update(2, np.array([4.0, 0.0], np.float32), 2, cluster=0),
+        _update(3, np.array([50.0, 50.0], np.float32), 9, cluster=1),
+    ]
+    assert ifca.fold_weight(state, updates[3]) == 0.0
+    fold = RoundFold(range(4), partial(ifca.fold_weight, state))
+    kept = [fold.add(u) for u in updates]
+    rng = np.random.default_rng(0)
+    streamed = ifca.aggregate_sums(state, 0, kept, fold.sums, rng)
+    # By hand: each cluster moves by its one accepted member's delta.
+    np.testing.assert_array_equal(streamed.models[ClusterId(0)], [4.0, 0.0])
+    np.testing.assert_array_equal(streamed.models[ClusterId(1)], [3.0, 3.0])
+    assert dict(streamed.assignment) == {0: 1, 1: 0, 2: 0}
+    whole = ifca.aggregate(state, 0, updates, rng)
+    assert dict(whole.assignment) == dict(streamed.assignment)
+    for k in (0, 1):
+        np.testing.assert_array_equal(whole.models[k], streamed.models[k])
