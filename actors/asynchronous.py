@@ -46,6 +46,7 @@ from clusterfed.types import ClientId, ClusterId
 from . import phases
 from .outcome import Exchange, RoundOutcome
 from .phases import RoundBooks
+from .tasks import train_tasks
 from .validation import check_models
 
 if TYPE_CHECKING:
@@ -237,7 +238,7 @@ class AsyncDriver:
         else:
             chosen = idle
         plans = [server.strategy.plan_for(server.state, c) for c in chosen]
-        tasks = phases.train_tasks(plans, server.train_config)
+        tasks = train_tasks(plans, server.train_config)
         exchanges = await server.courier.round_trip(
             list(zip(chosen, tasks, strict=True)), books.round, books.members
         )

@@ -20,8 +20,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
+import numpy as np
+
 from clusterfed.algorithms import ClientUpdate, ClusterSums, counts_in_mean
+from clusterfed.protocol import UpdateReply
 from clusterfed.types import ClientId
+
+from .outcome import Exchange
 
 
 class RoundFold:
@@ -61,3 +66,15 @@ class RoundFold:
     def done(self) -> bool:
         """Whether every planned client's update has been added."""
         return self._next == len(self._order)
+
+
+def without_delta(exchange: Exchange) -> Exchange:
+    """The exchange with its update's delta dropped (it is folded)."""
+    reply = exchange.reply
+    if reply is None or not isinstance(reply.payload, UpdateReply):
+        return exchange
+    payload = reply.payload.model_copy(update={"delta": _FOLDED})
+    return replace(exchange, reply=reply.model_copy(update={"payload": payload}))
+
+
+_FOLDED = np.zeros(0, dtype=np.float32)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import numpy as np
 
@@ -27,21 +26,18 @@ from clusterfed.protocol import (
     DescribeTask,
     EvaluateReply,
     EvaluateTask,
-    IdentityRule,
     Message,
-    PeerModel,
     ProbeReply,
-    ProbeTask,
     TrainConfig,
-    TrainTask,
     UpdateReply,
 )
 from clusterfed.types import ClientId, ClusterId
 
 from .clock import DeadlinePolicy, SimClock, arrives_late, close_round
 from .courier import Courier
-from .folding import RoundFold
+from .folding import RoundFold, without_delta
 from .outcome import ClientOutcome, Exchange
+from .tasks import probe_tasks, train_tasks
 from .validation import (
     check_evaluation,
     check_histogram,
@@ -252,18 +248,6 @@ def late_update(update: ClientUpdate) -> ClientUpdate:
     return update
 
 
-def without_delta(exchange: Exchange) -> Exchange:
-    """The exchange with its update's delta dropped (it is folded)."""
-    reply = exchange.reply
-    if reply is None or not isinstance(reply.payload, UpdateReply):
-        return exchange
-    payload = reply.payload.model_copy(update={"delta": _FOLDED})
-    return replace(exchange, reply=reply.model_copy(update={"payload": payload}))
-
-
-_FOLDED = np.zeros(0, dtype=np.float32)
-
-
 def went_offline(
     clock: SimClock, client: ClientId, start: float, length_s: float | None
 ) -> float | None:
@@ -323,45 +307,6 @@ def judge_update(
     )
 
 
-def train_tasks(plans: Sequence[TaskPlan], base: TrainConfig) -> list[TrainTask]:
-    """One task per plan; plans that send the same models share one object,
-    so the codec packs each model once per round."""
-    models: dict[tuple[int, int, int], ClusterModel] = {}
-    configs: dict[tuple[Any, ...], TrainConfig] = {(): base}
-    tasks: dict[tuple[Any, ...], TrainTask] = {}
-    result = []
-    for plan in plans:
-        changes = tuple(sorted(plan.overrides.items()))
-        if changes not in configs:
-            configs[changes] = TrainConfig.model_validate(
-                {**base.model_dump(), **plan.overrides}
-            )
-        sent = []
-        for k, weights in plan.models.items():
-            last = plan.last_updates.get(k)
-            key = (k, id(weights), id(last))
-            if key not in models:
-                models[key] = ClusterModel(cluster=k, weights=weights, last_update=last)
-            sent.append(models[key])
-        identity = (
-            IdentityRule(name=plan.identity, params=dict(plan.identity_params))
-            if plan.identity is not None
-            else None
-        )
-        task_key = (
-            changes,
-            tuple(id(m) for m in sent),
-            plan.identity,
-            tuple(sorted(plan.identity_params.items())),
-        )
-        if task_key not in tasks:
-            tasks[task_key] = TrainTask(
-                models=tuple(sent), config=configs[changes], identity=identity
-            )
-        result.append(tasks[task_key])
-    return result
-
-
 async def probe(
     courier: Courier,
     clock: SimClock,
@@ -398,22 +343,6 @@ async def probe(
         for u in updates
     ]
     return scored, _slowest(durations)
-
-
-def probe_tasks(plans: Sequence[ProbePlan]) -> list[ProbeTask]:
-    """One probe task per plan; a model sent to several clients is built once."""
-    models: dict[tuple[int, int], PeerModel] = {}
-    tasks = []
-    for plan in plans:
-        sent = []
-        for owner in sorted(plan.models):
-            weights = plan.models[owner]
-            key = (owner, id(weights))
-            if key not in models:
-                models[key] = PeerModel(owner=owner, weights=weights)
-            sent.append(models[key])
-        tasks.append(ProbeTask(models=tuple(sent)))
-    return tasks
 
 
 async def evaluate(

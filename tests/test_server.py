@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from clusterfed.actors import Client, ParameterServer
-from clusterfed.actors.phases import train_tasks
+from clusterfed.actors.tasks import train_tasks
 from clusterfed.protocol import ErrorReply, Welcome, decode, encode
 from clusterfed.protocol.messages import Envelope, UpdateReply
 from clusterfed.scenarios import plan_run
