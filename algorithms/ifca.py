@@ -140,13 +140,11 @@ class IFCALoop(Strategy[S]):
         rng: np.random.Generator,
     ) -> S:
         """Average per reported identity; each reporting client is now there."""
-        ok = [u for u in updates if u.ok and u.client in state.assignment]
-        assignment: dict[ClientId, ClusterId] = dict(state.assignment)
-        assignment.update({u.client: u.cluster for u in ok})
+        ok = _reporting(state, updates)
         models = average_per_cluster(
             state.models, ok, aggregator=self.aggregator, mean=self.mean
         )
-        return state.replace(models=models, assignment=assignment)
+        return state.replace(models=models, assignment=_moved(state, ok))
 
     def folds(self) -> bool:
         return isinstance(self.aggregator, Mean)  # robust rules need every update
@@ -165,11 +163,24 @@ class IFCALoop(Strategy[S]):
         sums: ClusterSums,
         rng: np.random.Generator,
     ) -> S:
-        assignment: dict[ClientId, ClusterId] = dict(state.assignment)
-        assignment.update(
-            {u.client: u.cluster for u in updates if u.ok and u.client in assignment}
-        )
-        return state.replace(models=sums.step(state.models), assignment=assignment)
+        moved = _moved(state, _reporting(state, updates))
+        return state.replace(models=sums.step(state.models), assignment=moved)
+
+
+def _reporting(
+    state: ServerState, updates: Sequence[ClientUpdate]
+) -> list[ClientUpdate]:
+    """The accepted updates of clients still in the federation."""
+    return [u for u in updates if u.ok and u.client in state.assignment]
+
+
+def _moved(
+    state: ServerState, reporting: Sequence[ClientUpdate]
+) -> dict[ClientId, ClusterId]:
+    """The assignment with each reporting client in the cluster it chose."""
+    assignment: dict[ClientId, ClusterId] = dict(state.assignment)
+    assignment.update({u.client: u.cluster for u in reporting})
+    return assignment
 
 
 @dataclass(frozen=True)
