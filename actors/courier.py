@@ -117,8 +117,8 @@ class Courier:
 
         async def one(index: int, client: ClientId, envelope: Envelope) -> Exchange:
             async with slots:
-                data = encoder.encode(envelope)
-                exchange = await self._exchange(client, envelope, data, members)
+                parts = encoder.encode_parts(envelope)
+                exchange = await self._exchange(client, envelope, parts, members)
             return exchange if on_exchange is None else on_exchange(index, exchange)
 
         return list(
@@ -159,10 +159,14 @@ class Courier:
     ) -> bytes:
         return encode(self.envelope(payload, recipient, round, in_reply_to))
 
-    async def _deliver(self, client: ClientId, data: bytes) -> bytes:
+    async def _deliver(self, client: ClientId, parts: tuple[bytes, bytes]) -> bytes:
         if client in self.unreachable:
             raise ClientUnreachable(self.unreachable[client])
-        reply = await self.runtime.request(int(client), data)
+        request_parts = getattr(self.runtime, "request_parts", None)
+        if request_parts is not None:
+            reply = await request_parts(int(client), *parts)
+        else:
+            reply = await self.runtime.request(int(client), b"".join(parts))
         if reply is None:  # the client does not answer: its reply never comes
             await asyncio.Event().wait()
         assert reply is not None
@@ -172,29 +176,30 @@ class Courier:
         self,
         client: ClientId,
         request: Envelope,
-        data: bytes,
+        parts: tuple[bytes, bytes],
         members: Collection[ClientId],
     ) -> Exchange:
+        sent = len(parts[0]) + len(parts[1])
         try:
             raw = await asyncio.wait_for(
-                self._deliver(client, data), timeout=self.task_timeout_s
+                self._deliver(client, parts), timeout=self.task_timeout_s
             )
         except TimeoutError:
             return Exchange(
-                "failed", None, f"no reply within {self.task_timeout_s} s", len(data)
+                "failed", None, f"no reply within {self.task_timeout_s} s", sent
             )
         except Exception as exc:  # the runtime's own failure types (dead actor, ...)
-            return Exchange("failed", None, f"{type(exc).__name__}: {exc}", len(data))
+            return Exchange("failed", None, f"{type(exc).__name__}: {exc}", sent)
         try:
             reply = decode(raw, max_bytes=self.max_message_bytes)
         except ProtocolError as exc:
-            return Exchange("rejected", None, str(exc), len(data), len(raw))
+            return Exchange("rejected", None, str(exc), sent, len(raw))
         problem = self.books.check_reply(reply, request, client, members)
         if problem is not None:
-            return Exchange("rejected", None, problem, len(data), len(raw))
+            return Exchange("rejected", None, problem, sent, len(raw))
         self.books.accept(reply, request, client)
         if isinstance(reply.payload, ErrorReply):
             # The client's own words: one short printable line in the books.
             problem = one_line(f"{reply.payload.code}: {reply.payload.message}")
-            return Exchange("failed", reply, problem, len(data), len(raw))
-        return Exchange("ok", reply, None, len(data), len(raw))
+            return Exchange("failed", reply, problem, sent, len(raw))
+        return Exchange("ok", reply, None, sent, len(raw))

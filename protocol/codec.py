@@ -90,6 +90,12 @@ class Encoder:
         self._payloads: dict[int, tuple[object, bytes]] = {}
 
     def encode(self, envelope: Envelope) -> bytes:
+        return b"".join(self.encode_parts(envelope))
+
+    def encode_parts(self, envelope: Envelope) -> tuple[bytes, bytes]:
+        """`encode(envelope)` in two parts, head + body: the body is the
+        packed payload, the same bytes object for every envelope of that
+        payload (a transport can send it once and refer to it after)."""
         packer = self._packer
         cached = self._payloads.get(id(envelope.payload))
         if cached is None:
@@ -97,12 +103,12 @@ class Encoder:
             self._payloads[id(envelope.payload)] = (envelope.payload, body)
         else:
             body = cached[1]
-        head = envelope.model_dump(mode="python", exclude={"payload"})
-        parts = [packer.pack_map_header(len(head) + 1)]
-        for key, value in head.items():
-            parts += [packer.pack(key), packer.pack(value)]
-        parts += [packer.pack("payload"), body]
-        return b"".join(parts)
+        fields = envelope.model_dump(mode="python", exclude={"payload"})
+        head = [packer.pack_map_header(len(fields) + 1)]
+        for key, value in fields.items():
+            head += [packer.pack(key), packer.pack(value)]
+        head.append(packer.pack("payload"))
+        return b"".join(head), body
 
 
 def decode(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES) -> Envelope:

@@ -13,8 +13,10 @@ import psutil
 import pytest
 
 import clusterfed
+from clusterfed.actors.runtimes.base import KEEP_AT_LEAST
 from clusterfed.actors.runtimes.ray import RayRuntime
 from clusterfed.scenarios import Join
+from clusterfed.scenarios.spec import ModelSpec
 from helpers import small_scenario
 
 ray = pytest.importorskip("ray")
@@ -61,6 +63,22 @@ def test_local_and_ray_give_the_same_per_client_accuracies(tmp_path: Path) -> No
     assert [r["bytes_up"] for r in local.rows] == [r["bytes_up"] for r in on_ray.rows]
     newcomer = [c for r in on_ray.rows for c in r["clients"] if c["id"] == 6]
     assert len(newcomer) == 2 and all(c["trained"] for c in newcomer)
+
+
+def test_a_model_sent_through_the_object_store_gives_the_same_results(
+    tmp_path: Path,
+) -> None:
+    # Digits' 64 inputs × 256 hidden float32 weights alone fill KEEP_AT_LEAST:
+    # the model goes into Ray's object store once a phase, and each host
+    # reads it from there.
+    scenario = small_scenario(rounds=2, model=ModelSpec(name="mlp", hidden=[256]))
+    assert 64 * 256 * 4 >= KEEP_AT_LEAST
+    local = clusterfed.run(scenario, out=tmp_path / "local")
+    on_ray = clusterfed.run(scenario, out=tmp_path / "ray", runtime="ray")
+    assert _accuracies(local.rows) == _accuracies(on_ray.rows)
+    assert [r["bytes_down"] for r in local.rows] == [
+        r["bytes_down"] for r in on_ray.rows
+    ]
 
 
 def test_one_actor_per_client_gives_the_same_results(tmp_path: Path) -> None:

@@ -7,6 +7,11 @@ wait and what a missing reply means, the same way above every runtime.
 A runtime may also say how many hosts compute at once (`parallelism`, an
 int); the courier keeps that many times 8 requests in flight (at most 64),
 64 when a runtime does not say.
+
+A runtime may also take a request in two parts, `request_parts(client, head,
+body)`, the same as `request(client, head + body)`: the body (the packed
+payload, often a model) is one bytes object for every client that gets the
+same payload, so a runtime can send it to a host once and refer to it after.
 """
 
 from __future__ import annotations
@@ -15,6 +20,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from ..spec import ClientSpec
+
+KEEP_AT_LEAST = 64 * 1024
+"""Request bodies this large are sent to a host once and cited after."""
+KEPT_BYTES = 64 * 1024 * 1024
+"""The request bodies kept for one host at most, oldest dropped first."""
 
 
 class Runtime(Protocol):

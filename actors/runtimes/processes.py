@@ -7,7 +7,10 @@ rounds (a privacy accountant, say) stays with it; a new client goes to the
 worker with the fewest training samples, which balances the rounds. Training
 and the client half of the codec run on all cores. Requests are pipelined: a
 worker finds its next request waiting as soon as it replies. Between the event
-loop and a worker, frames carry the encoded protocol message unchanged:
+loop and a worker, frames carry the encoded protocol message unchanged, though
+a large request body (a model that many clients get, see `request_parts`)
+crosses to a worker once and is cited by its key after; the worker rebuilds
+the very bytes the client would have received:
 
     header: kind (1 byte), client id (8), body length (8), little-endian
     join:     body = the client's spec as JSON    → reply: its join request
@@ -16,6 +19,10 @@ loop and a worker, frames carry the encoded protocol message unchanged:
     leave:    body = the reason                   → reply: its leave notice
     deliver:  body = an encoded request           → reply: the encoded reply,
                                                     or no-reply (empty body)
+    keep:     client id = a key, body = bytes     (no reply; a request body)
+    forget:   client id = a key, empty body       (no reply; drops the body)
+    cite:     body = key (8) + a request's head   → as deliver, for the request
+                                                    head + the kept body
     state:    empty body                          → reply: the client's state
     restore:  body = a state                      → reply: empty
     error:    body = a text, from a worker that could not serve a frame
@@ -56,12 +63,26 @@ from clusterfed.types import ClientId
 from ..faults import load_spec
 from ..host import ClientHost
 from ..spec import ClientSpec
+from .base import KEEP_AT_LEAST, KEPT_BYTES
 
 _HEADER = struct.Struct("<BQQ")
 _BUFFER = 8 * 1024 * 1024
-(REGISTER, DELIVER, REPLY, ERROR, STOP, NO_REPLY, STATE, RESTORE, JOIN, LEAVE) = range(
-    1, 11
-)
+(
+    REGISTER,
+    DELIVER,
+    REPLY,
+    ERROR,
+    STOP,
+    NO_REPLY,
+    STATE,
+    RESTORE,
+    JOIN,
+    LEAVE,
+    KEEP,
+    FORGET,
+    CITE,
+) = range(1, 14)
+_KEY = struct.Struct("<Q")
 
 
 class WorkerDied(ConnectionError):
@@ -93,6 +114,11 @@ class _Worker:
         # in the worker's socket while it trains.
         self._waiting: deque[asyncio.Future[bytes | None]] = deque()
         self._reading: asyncio.Task[None] | None = None
+        # Request bodies the worker keeps, oldest first: id(body) → (key,
+        # body). Holding the body keeps its id from being reused.
+        self.kept: dict[int, tuple[int, bytes]] = {}
+        self.kept_bytes = 0
+        self.next_key = 0
 
     async def connect(self) -> None:
         reader, self.writer = await asyncio.open_connection(sock=self._socket)
@@ -101,6 +127,33 @@ class _Worker:
     async def call(self, spec: ClientSpec, data: bytes) -> bytes | None:
         """The client's reply to `data`; None if it does not answer."""
         return await self._ask(spec, DELIVER, data)
+
+    async def call_parts(
+        self, spec: ClientSpec, head: bytes, body: bytes
+    ) -> bytes | None:
+        """The client's reply to `head + body`, the body sent only if the
+        worker does not keep it already."""
+        if len(body) < KEEP_AT_LEAST or len(body) > KEPT_BYTES:
+            return await self._ask(spec, DELIVER, head, body)
+        return await self._ask(spec, CITE, _KEY.pack(self._keep(body)), head)
+
+    def _keep(self, body: bytes) -> int:
+        """The worker's key for `body`; queues the frames that make it keep
+        the body (and forget the oldest it keeps, to stay in budget)."""
+        assert self.writer is not None
+        found = self.kept.get(id(body))
+        if found is not None:
+            return found[0]
+        while self.kept_bytes + len(body) > KEPT_BYTES:
+            oldest = next(iter(self.kept))
+            key, dropped = self.kept.pop(oldest)
+            self.kept_bytes -= len(dropped)
+            self.writer.write(_HEADER.pack(FORGET, key, 0))
+        key, self.next_key = self.next_key, self.next_key + 1
+        self.kept[id(body)] = (key, body)
+        self.kept_bytes += len(body)
+        self.writer.writelines([_HEADER.pack(KEEP, key, len(body)), body])
+        return key
 
     async def join(self, spec: ClientSpec) -> bytes:
         self.known[spec.id] = spec
@@ -121,13 +174,18 @@ class _Worker:
     async def restore(self, spec: ClientSpec, state: Any) -> None:
         await self._ask(spec, RESTORE, pickle.dumps(state))
 
-    async def _ask(self, spec: ClientSpec, kind: int, data: bytes) -> bytes | None:
+    async def _ask(self, spec: ClientSpec, kind: int, *data: bytes) -> bytes | None:
+        """Send one frame, its body the parts `data`; its reply."""
         reply: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
         await self._send(spec, kind, data, reply)
         return await reply
 
     async def _send(
-        self, spec: ClientSpec, kind: int, data: bytes, reply: asyncio.Future[Any]
+        self,
+        spec: ClientSpec,
+        kind: int,
+        data: Sequence[bytes],
+        reply: asyncio.Future[Any],
     ) -> None:
         assert self.writer is not None
         if self._reading is None or self._reading.done():
@@ -136,7 +194,8 @@ class _Worker:
             body = spec.model_dump_json().encode()
             self.writer.write(_HEADER.pack(REGISTER, spec.id, len(body)) + body)
             self.known[spec.id] = spec
-        self.writer.writelines([_HEADER.pack(kind, spec.id, len(data)), data])
+        size = sum(len(part) for part in data)
+        self.writer.writelines([_HEADER.pack(kind, spec.id, size), *data])
         self._waiting.append(reply)
         try:
             await self.writer.drain()
@@ -233,12 +292,19 @@ class ProcessRuntime:
 
     async def request(self, client: int, data: bytes) -> bytes | None:
         """The client's reply; None if it does not answer."""
+        return await self.request_parts(client, data, b"")
+
+    async def request_parts(
+        self, client: int, head: bytes, body: bytes
+    ) -> bytes | None:
+        """The client's reply to `head + body`; a large body crosses to each
+        worker once while the worker keeps it (`KEPT_BYTES`)."""
         spec = self.specs.get(ClientId(client))
         if spec is None:
             raise LookupError(f"no client {client} in this runtime")
         worker = self._workers[self.home[ClientId(client)]]
         try:
-            return await worker.call(spec, data)
+            return await worker.call_parts(spec, head, body)
         except WorkerDied:
             # Replace it (once); this request failed, and the clients it hosted
             # start afresh (their specs are sent again on first use).
@@ -300,6 +366,7 @@ def _serve(sock: socket.socket, parents_end: socket.socket, parent: int) -> None
     torch.set_num_threads(1)
     loop = asyncio.new_event_loop()
     host = ClientHost()
+    kept: dict[int, bytes] = {}
     with sock:
         while True:
             header = _read_exactly(sock, _HEADER.size)
@@ -309,6 +376,12 @@ def _serve(sock: socket.socket, parents_end: socket.socket, parent: int) -> None
             body = _read_exactly(sock, size) if size else b""
             if body is None or kind == STOP:
                 return
+            if kind == KEEP:
+                kept[client_id] = body
+                continue
+            if kind == FORGET:
+                kept.pop(client_id, None)
+                continue
             if kind == REGISTER:
                 spec = load_spec(body)
                 if client_id in host.clients:
@@ -317,7 +390,7 @@ def _serve(sock: socket.socket, parents_end: socket.socket, parent: int) -> None
                     host.add([spec])  # a client this (new) worker lost
                 continue
             try:
-                answer = _answer(loop, host, kind, client_id, body)
+                answer = _answer(loop, host, kept, kind, client_id, body)
             except Exception as exc:
                 text = f"{type(exc).__name__}: {exc}".encode()
                 sock.sendall(_HEADER.pack(ERROR, client_id, len(text)) + text)
@@ -325,17 +398,24 @@ def _serve(sock: socket.socket, parents_end: socket.socket, parent: int) -> None
             if answer is None:  # a faulty client that does not answer
                 sock.sendall(_HEADER.pack(NO_REPLY, client_id, 0))
             else:
-                sock.sendall(_HEADER.pack(REPLY, client_id, len(answer)) + answer)
+                sock.sendall(_HEADER.pack(REPLY, client_id, len(answer)))
+                sock.sendall(answer)
 
 
 def _answer(
     loop: asyncio.AbstractEventLoop,
     host: ClientHost,
+    kept: Mapping[int, bytes],
     kind: int,
     client_id: int,
     body: bytes,
 ) -> bytes | None:
     """A worker's answer to one frame that wants one."""
+    if kind == CITE:
+        (key,) = _KEY.unpack_from(body)
+        if key not in kept:
+            raise LookupError(f"cites request body {key}, which is not kept here")
+        kind, body = DELIVER, body[_KEY.size :] + kept[key]
     match kind:
         case 9:  # JOIN
             return host.add([load_spec(body)])[0]

@@ -32,6 +32,7 @@ import ray
 
 from ..host import ClientHost
 from ..spec import ClientSpec
+from .base import KEEP_AT_LEAST, KEPT_BYTES
 
 
 class RayClientHost:
@@ -66,6 +67,11 @@ class RayClientHost:
 
     async def handle(self, client: int, data: bytes) -> bytes | None:
         return await self.host.handle(client, data)
+
+    async def handle_parts(self, client: int, head: bytes, body: bytes) -> bytes | None:
+        """`handle(client, head + body)`; Ray resolves a body sent as an
+        object reference from its object store."""
+        return await self.host.handle(client, head + body)
 
     def states(self) -> dict[int, Any]:
         return self.host.states()
@@ -116,6 +122,10 @@ class RayRuntime:
         self.hosts: list[Any] = []
         self.home: dict[int, Any] = {}
         self._federation: Any = None
+        # Large request bodies put in Ray's object store once, oldest first:
+        # id(body) → (body, reference); holding the body keeps its id unused.
+        self._bodies: dict[int, tuple[bytes, Any]] = {}
+        self._bodies_bytes = 0
 
     async def start(self) -> None:
         """Inside a Ray actor: the federation's own handle receives rejoins."""
@@ -174,6 +184,37 @@ class RayRuntime:
             raise LookupError(f"no client {client} in this runtime")
         reply: bytes | None = await host.handle.remote(client, data)
         return reply
+
+    async def request_parts(
+        self, client: int, head: bytes, body: bytes
+    ) -> bytes | None:
+        """`request(client, head + body)`; a large body (a model many clients
+        get) goes into Ray's object store once, and each host reads it from
+        there (once per node) instead of with every call."""
+        if not KEEP_AT_LEAST <= len(body) <= KEPT_BYTES:
+            return await self.request(client, head + body)
+        host = self.home.get(client)
+        if host is None:
+            raise LookupError(f"no client {client} in this runtime")
+        reply: bytes | None = await host.handle_parts.remote(
+            client, head, self._stored(body)
+        )
+        return reply
+
+    def _stored(self, body: bytes) -> Any:
+        """The object reference of `body`, put in the store the first time;
+        the oldest references are dropped past `KEPT_BYTES` (Ray frees an
+        object once no call in flight still needs it)."""
+        found = self._bodies.get(id(body))
+        if found is not None:
+            return found[1]
+        while self._bodies and self._bodies_bytes + len(body) > KEPT_BYTES:
+            dropped, _ = self._bodies.pop(next(iter(self._bodies)))
+            self._bodies_bytes -= len(dropped)
+        reference = ray.put(body)
+        self._bodies[id(body)] = (body, reference)
+        self._bodies_bytes += len(body)
+        return reference
 
     async def states(self) -> dict[int, Any]:
         """What every client keeps between rounds, from its host."""
