@@ -204,6 +204,7 @@ def _compare(args: argparse.Namespace) -> int:
         clients_per_host=args.clients_per_host,
         progress=_progress(args),
         overwrite=args.overwrite,
+        resume=args.resume,
     )
     if result.seeds is None:
         print(table(result.summaries))
@@ -344,6 +345,13 @@ def _parser() -> argparse.ArgumentParser:
         " comma-separated list names the seeds (0,1,2); each seed's comparison"
         " goes into OUT/seed<s>/ (runs OUT/seed<s>/<algorithm>/), the intervals"
         " into OUT/seeds.json. Not with --seed",
+    )
+    compare.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on with the comparison in --out (one stopped midway, or more"
+        " seeds for one that finished): runs that finished there with the same"
+        " settings are read back, the others run afresh",
     )
     compare.set_defaults(command=_compare)
 

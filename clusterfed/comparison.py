@@ -23,7 +23,9 @@ from clusterfed.errors import ConfigError
 from clusterfed.scenarios import Scenario, load_scenario, with_overrides
 
 from .api import RunResult, run
+from .diff import differences
 from .folders import claim, default_folder, point_latest, safe_name
+from .results import load
 from .seeds import (
     CONFIDENCE,
     Interval,
@@ -108,6 +110,7 @@ def compare(
     seeds: int | Sequence[int] | None = None,
     overrides: Sequence[str] = (),
     overwrite: bool = False,
+    resume: bool = False,
     **run_options: Any,
 ) -> CompareResult:
     """Run each of `algorithms` on the same scenario and seed, or seeds.
@@ -130,11 +133,26 @@ def compare(
     seed, so a comparison stopped midway is a whole one over the seeds that
     finished. The default folder is
     `runs/<scenario>-compare-seeds<seeds>-<hash>-<time>`.
+
+    With `resume` the comparison goes on in `out`, which may hold one
+    already: a run that finished there with the very settings it would be
+    given now is read back, not run again; any other run is run afresh.
+
+    Raises:
+        ConfigError: no algorithms or one twice; `seed` with `seeds`; `out`
+            not empty (without `overwrite` or `resume`); `resume` without
+            `out` or with `overwrite`; with `resume`, a finished run in `out`
+            of other settings (nothing has run then).
     """
     if not algorithms:
         raise ConfigError("compare needs at least one algorithm")
     if len(set(algorithms)) != len(algorithms):
         raise ConfigError(f"algorithms are listed twice: {', '.join(algorithms)}")
+    if resume and (out is None or overwrite):
+        raise ConfigError(
+            "--resume goes on with the comparison in --out: name that folder,"
+            " and leave out --overwrite (which would empty it)"
+        )
     if seeds is not None and seed is not None:
         raise ConfigError(
             "seed= (--seed) and seeds= (--seeds) together: give one seed or"
@@ -154,13 +172,16 @@ def compare(
     )
     # Validate every algorithm's parameters before the first run starts.
     variants = {name: with_overrides(base, algorithm=name) for name in algorithms}
-    if out is not None:
+    if out is not None and resume:
+        folder = Path(out)
+        _check_finished(folder, variants, chosen)
+    elif out is not None:
         folder = claim(Path(out), overwrite=overwrite)
     else:
         folder = claim(default_compare_out(base, chosen))
         point_latest(folder)
     if chosen is None:
-        return _compare_one(folder, variants, **run_options)
+        return _compare_one(folder, variants, resume, **run_options)
     by_seed: dict[str, dict[int, RunResult]] = {
         safe_name(name): {} for name in variants
     }
@@ -170,6 +191,7 @@ def compare(
         one = _compare_one(
             seed_folder(folder, s),
             {name: with_overrides(v, seed=s) for name, v in variants.items()},
+            resume,
             **run_options,
         )
         for name, runs in one.by_seed.items():
@@ -182,19 +204,56 @@ def compare(
 
 
 def _compare_one(
-    folder: Path, variants: dict[str, Scenario], **run_options: Any
+    folder: Path, variants: dict[str, Scenario], resume: bool, **run_options: Any
 ) -> CompareResult:
     """Every variant (one seed) into `folder/<algorithm>/`, then
-    `folder/comparison.json`."""
-    by_seed = {
-        safe_name(name): {
-            variant.seed: run(variant, out=run_folder(folder, name), **run_options)
-        }
-        for name, variant in variants.items()
-    }
+    `folder/comparison.json`; with `resume`, a run finished there is kept."""
+    by_seed: dict[str, dict[int, RunResult]] = {}
+    for name, variant in variants.items():
+        out = run_folder(folder, name)
+        done = _finished(out, variant) if resume else None
+        if done is None:
+            done = run(variant, out=out, overwrite=resume, **run_options)
+        by_seed[safe_name(name)] = {variant.seed: done}
     result = CompareResult(folder, by_seed)
     _write(folder / COMPARISON, comparison_json(result))
     return result
+
+
+def _finished(folder: Path, scenario: Scenario) -> RunResult | None:
+    """The run in `folder` if it ran all of `scenario`'s rounds with exactly
+    its settings; None if there is none or it stopped early.
+
+    Raises:
+        ConfigError: the finished run there had other settings.
+    """
+    summary = folder / "summary.json"
+    if not summary.is_file() or not (folder / "config.json").is_file():
+        return None
+    done = load(folder)
+    if done.summary.get("interrupted") or done.summary.get("rounds") != scenario.rounds:
+        return None
+    want = scenario.model_dump(mode="json")
+    changed = [w for w, _, _ in differences(want, done.config.get("scenario"))]
+    if changed:
+        shown = ", ".join(c.lstrip(".") for c in changed[:4])
+        raise ConfigError(
+            f"--resume: {folder} holds a finished run of other settings"
+            f" ({shown}{', …' if len(changed) > 4 else ''}); nothing was run."
+            " Give the settings it was run with, or another --out"
+        )
+    return done
+
+
+def _check_finished(
+    folder: Path, variants: dict[str, Scenario], seeds: Sequence[int] | None
+) -> None:
+    """Refuse a resume before anything runs if a finished run in `folder`
+    had other settings (see `_finished`)."""
+    for name, variant in variants.items():
+        for s in [None] if seeds is None else seeds:
+            one = variant if s is None else with_overrides(variant, seed=s)
+            _finished(run_folder(folder, name, s), one)
 
 
 def _write(path: Path, data: Any) -> None:

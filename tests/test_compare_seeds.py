@@ -286,6 +286,98 @@ def test_a_comparison_stopped_midway_is_one_over_the_seeds_that_finished(
     assert json.loads((out / "seeds.json").read_text())["seeds"] == [0]
 
 
+def _count_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """The (algorithm, seed) of every run `compare` starts from now on."""
+    from clusterfed import comparison
+
+    real, started = comparison.run, []
+
+    def counted(scenario: Any, **options: Any) -> Any:
+        started.append((scenario.algorithm, scenario.seed))
+        return real(scenario, **options)
+
+    monkeypatch.setattr(comparison, "run", counted)
+    return started
+
+
+def test_resume_runs_only_what_did_not_finish_and_adds_seeds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "cmp"
+    scenario = small_scenario(rounds=2)
+    first = clusterfed.compare(scenario, ["fedavg", "fedprox"], seeds=[0, 1], out=out)
+    # Seed 1's fedprox stopped before its summary: it runs again, and seed 2
+    # is new; seed 0 and seed 1's fedavg are read back.
+    (out / "seed1" / "fedprox" / "summary.json").unlink()
+    kept = (out / "seed0" / "fedavg" / "rounds.jsonl").stat().st_mtime_ns
+    started = _count_runs(monkeypatch)
+    resumed = clusterfed.compare(
+        scenario, ["fedavg", "fedprox"], seeds=[0, 1, 2], out=out, resume=True
+    )
+    assert started == [("fedprox", 1), ("fedavg", 2), ("fedprox", 2)]
+    assert (out / "seed0" / "fedavg" / "rounds.jsonl").stat().st_mtime_ns == kept
+    assert_compare_contract(out)
+    assert json.loads((out / "seeds.json").read_text())["seeds"] == [0, 1, 2]
+    for name in ("fedavg", "fedprox"):
+        for seed in (0, 1):
+            assert (
+                resumed.seed_summaries[name][seed]["final_mean_acc"]
+                == first.seed_summaries[name][seed]["final_mean_acc"]
+            )
+    # Everything finished: a second resume runs nothing.
+    started.clear()
+    clusterfed.compare(
+        scenario, ["fedavg", "fedprox"], seeds=[0, 1, 2], out=out, resume=True
+    )
+    assert started == []
+
+
+def test_resume_on_one_seed_keeps_the_finished_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "cmp"
+    clusterfed.compare(small_scenario(rounds=1), ["fedavg"], out=out)
+    started = _count_runs(monkeypatch)
+    result = clusterfed.compare(
+        small_scenario(rounds=1), ["fedavg", "fedprox"], out=out, resume=True
+    )
+    assert started == [("fedprox", 0)]
+    assert list(json.loads((out / "comparison.json").read_text())) == [
+        "fedavg",
+        "fedprox",
+    ]
+    assert result.runs["fedavg"].out == out / "fedavg"
+
+
+def test_resume_refuses_a_finished_run_of_other_settings_before_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "cmp"
+    clusterfed.compare(small_scenario(rounds=1), ["fedavg"], seeds=[0, 1], out=out)
+    started = _count_runs(monkeypatch)
+    with pytest.raises(
+        ConfigError,
+        match=r"seed0/fedavg holds a finished run of other settings \(train.lr\)",
+    ):
+        clusterfed.compare(
+            small_scenario(rounds=1),
+            ["fedavg"],
+            seeds=[0, 1],
+            out=out,
+            resume=True,
+            overrides=["train.lr=0.5"],
+        )
+    assert started == []
+
+
+def test_resume_needs_its_folder_and_no_overwrite(tmp_path: Path) -> None:
+    for options in ({}, {"out": tmp_path, "overwrite": True}):
+        with pytest.raises(ConfigError, match="--resume goes on with the comparison"):
+            clusterfed.compare(
+                small_scenario(rounds=1), ["fedavg"], resume=True, **options
+            )
+
+
 def test_the_plot_of_a_folder_over_seeds_draws_each_algorithm_once(
     over_seeds: CompareResult, tmp_path: Path
 ) -> None:

@@ -43,6 +43,13 @@ def main() -> None:
         help="seeds per experiment (default: 3 with fashion_mnist unless"
         " --quick, else 1)",
     )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the runs in --out that finished with the same settings"
+        " (compare --resume) and run the rest: a page built over several"
+        " sittings; its times are then the runs' own wall times, summed",
+    )
     args = parser.parse_args()
     if args.datasets:
         datasets = args.datasets.split(",")
@@ -53,14 +60,22 @@ def main() -> None:
     seeds = args.seeds or (3 if "fashion_mnist" in datasets and not args.quick else 1)
     start = time.perf_counter()
     outcomes = run_all(
-        EXPERIMENTS, args.quick, Path(args.out).resolve(), args.only, datasets, seeds
+        EXPERIMENTS,
+        args.quick,
+        Path(args.out).resolve(),
+        args.only,
+        datasets,
+        seeds,
+        resume=args.resume,
     )
+    elapsed = time.perf_counter() - start
     write_page(
         outcomes,
         shlex.join(["python", "bench/reproduce.py", *sys.argv[1:]]),
         Path(args.page),
-        time.perf_counter() - start,
+        sum(o.seconds for o in outcomes) if args.resume else elapsed,
         [paper.section for paper in PAPERS],
+        resumed=args.resume,
     )
     (Path(args.out) / "reproduce.json").write_text(
         json.dumps(

@@ -79,6 +79,8 @@ def write_page(
     page: Path,
     seconds: float,
     sections: Sequence[Section],
+    *,
+    resumed: bool = False,
 ) -> None:
     by_key = {(o.dataset, o.experiment.key): o for o in outcomes}
     datasets = tuple(sorted({o.dataset for o in outcomes}))
@@ -110,11 +112,15 @@ def write_page(
             " seeds).",
             "",
         ]
-    lines += [
-        f"All runs together took {seconds / 60:.1f} minutes on the machine that"
-        " wrote this page.",
-        "",
-    ]
+    took = (
+        f"The runs took {seconds / 60:.1f} minutes of their own wall time,"
+        " summed: the page was put together with --resume, from runs that may"
+        " come from several sittings."
+        if resumed
+        else f"All runs together took {seconds / 60:.1f} minutes on the machine"
+        " that wrote this page."
+    )
+    lines += [took, ""]
     for dataset in datasets:
         lines += [f"## Dataset: {dataset}", ""]
         for section in sections:

@@ -95,7 +95,11 @@ def run_all(
     only: Sequence[str],
     datasets: Sequence[str],
     seeds: int = 1,
+    resume: bool = False,
 ) -> list[Outcome]:
+    """Every experiment's comparison into `out/<dataset>/<key>/`; with
+    `resume`, runs that finished there with the same settings are kept (see
+    `compare`) and an experiment's seconds are its runs' own wall time."""
     outcomes = []
     for dataset in datasets:
         for exp in experiments:
@@ -111,12 +115,19 @@ def run_all(
                 exp.scenario_for(dataset),
                 list(exp.algorithms_for(quick)),
                 out=folder,
-                overwrite=True,  # a rerun replaces its own results
+                overwrite=not resume,  # a rerun replaces its own results
+                resume=resume,
                 rounds=exp.quick_rounds if quick else None,
                 overrides=exp.overrides(dataset),
                 seeds=seeds if seeds > 1 else None,
             )
             seconds = time.perf_counter() - start
+            if resume:  # the runs kept took their time in an earlier sitting
+                seconds = sum(
+                    r.summary["wall_s"]
+                    for runs in result.by_seed.values()
+                    for r in runs.values()
+                )
             outcomes.append(_outcome(exp, dataset, seconds, result, folder, quick))
             print(f"{dataset:<14} {exp.key:<22} {seconds:7.1f} s", flush=True)
     return outcomes
