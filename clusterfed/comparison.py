@@ -13,11 +13,14 @@ function.)
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
 
 from clusterfed.errors import ConfigError
 from clusterfed.scenarios import Scenario, load_scenario, with_overrides
@@ -234,7 +237,12 @@ def _finished(folder: Path, scenario: Scenario) -> RunResult | None:
     if done.summary.get("interrupted") or done.summary.get("rounds") != scenario.rounds:
         return None
     want = scenario.model_dump(mode="json")
-    changed = [w for w, _, _ in differences(want, done.config.get("scenario"))]
+    stored = done.config.get("scenario")
+    # As this version reads it: a field added since gets its default (one it
+    # cannot read is compared as written, so every difference is named).
+    with contextlib.suppress(ValidationError):
+        stored = Scenario.model_validate(stored).model_dump(mode="json")
+    changed = [w for w, _, _ in differences(want, stored)]
     if changed:
         shown = ", ".join(c.lstrip(".") for c in changed[:4])
         raise ConfigError(

@@ -349,6 +349,25 @@ def test_resume_on_one_seed_keeps_the_finished_runs(
     assert result.runs["fedavg"].out == out / "fedavg"
 
 
+def test_resume_reads_a_run_of_an_older_version_with_the_defaults_added_since(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "cmp"
+    clusterfed.compare(small_scenario(rounds=1), ["fedavg"], out=out)
+    config_path = out / "fedavg" / "config.json"
+    config = json.loads(config_path.read_text())
+    # A run written before `availability` existed (its default: always).
+    assert config["scenario"].pop("availability") == {"kind": "always"}
+    config_path.write_text(json.dumps(config))
+    started = _count_runs(monkeypatch)
+    clusterfed.compare(small_scenario(rounds=1), ["fedavg"], out=out, resume=True)
+    assert started == []
+    config["scenario"]["availability"] = {"kind": "bernoulli", "p": 0.5}
+    config_path.write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match=r"other settings \(availability"):
+        clusterfed.compare(small_scenario(rounds=1), ["fedavg"], out=out, resume=True)
+
+
 def test_resume_refuses_a_finished_run_of_other_settings_before_running(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
