@@ -13,8 +13,6 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
-from torchvision.transforms.functional import InterpolationMode
-from torchvision.transforms.functional import rotate as rotate_image
 
 from clusterfed.data import load_dataset
 from clusterfed.models import build_model
@@ -177,4 +175,9 @@ def rotate(images: torch.Tensor, degrees: float) -> torch.Tensor:
     """Images rotated counter-clockwise about their centre; exact for 90° steps."""
     if degrees % 90 == 0:
         return torch.rot90(images, k=int(degrees // 90) % 4, dims=(-2, -1))
+    # Imported here: torchvision adds 164 MiB to every process that imports
+    # it, and only rotations by other angles need it.
+    from torchvision.transforms.functional import InterpolationMode
+    from torchvision.transforms.functional import rotate as rotate_image
+
     return rotate_image(images, degrees, interpolation=InterpolationMode.BILINEAR)

@@ -17,8 +17,6 @@ samples for evaluation, so every evaluation matches its client's distribution.
 from __future__ import annotations
 
 import gzip
-import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -63,17 +61,44 @@ def _digits(root: str | None, train: bool = True) -> Dataset:
 
 
 def _fashion_mnist(root: str | None, train: bool = True) -> Dataset:
-    from torchvision.datasets.mnist import read_image_file, read_label_file
-
     folder = Path(root or FASHION_MNIST_DIR)
     prefix = "train" if train else "t10k"
-    images = _idx_file(folder, f"{prefix}-images-idx3-ubyte")
-    labels = _idx_file(folder, f"{prefix}-labels-idx1-ubyte")
-    # torchvision reads IDX files but not gzipped ones: unpack them aside.
-    with tempfile.TemporaryDirectory() as scratch:
-        x = read_image_file(str(_plain(images, Path(scratch))))
-        y = read_label_file(str(_plain(labels, Path(scratch))))
-    return Dataset("fashion_mnist", x.float().div(255).unsqueeze(1), y.long(), 10)
+    x = _read_idx(_idx_file(folder, f"{prefix}-images-idx3-ubyte"), dims=3)
+    y = _read_idx(_idx_file(folder, f"{prefix}-labels-idx1-ubyte"), dims=1)
+    if len(x) != len(y):
+        raise ConfigError(
+            f"dataset fashion_mnist: {len(x)} images but {len(y)} labels in {folder}"
+        )
+    images = torch.from_numpy(x).float().div_(255).unsqueeze(1)
+    return Dataset("fashion_mnist", images, torch.from_numpy(y).long(), 10)
+
+
+def _read_idx(path: Path, dims: int) -> np.ndarray:
+    """An IDX file of unsigned bytes (gzipped or not) as an array.
+
+    Read with numpy rather than torchvision's reader: importing torchvision
+    adds 164 MiB to every process, the forked workers included, and the
+    format is a big-endian header (magic 0x08 0x<dims>, then each size) in
+    front of the bytes.
+    """
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as source:
+        data = source.read()
+    header = 4 + 4 * dims
+    magic = data[:4]
+    if len(data) < header or magic != bytes([0, 0, 0x08, dims]):
+        raise ConfigError(
+            f"{path}: not an IDX file of unsigned bytes with {dims} dimensions"
+            f" (magic {magic.hex()})"
+        )
+    shape = tuple(int(n) for n in np.frombuffer(data, ">u4", dims, offset=4))
+    if len(data) - header != int(np.prod(shape)):
+        raise ConfigError(
+            f"{path}: {len(data) - header} bytes of data, the header says"
+            f" {' × '.join(map(str, shape))}"
+        )
+    # A copy: an array over the file's bytes would be read-only.
+    return np.frombuffer(data, np.uint8, offset=header).reshape(shape).copy()
 
 
 def _idx_file(folder: Path, stem: str) -> Path:
@@ -84,15 +109,6 @@ def _idx_file(folder: Path, stem: str) -> Path:
         f"dataset fashion_mnist: {stem}[.gz] not found in {folder}; install the"
         " Debian package (apt-get install dataset-fashion-mnist) or set dataset.root"
     )
-
-
-def _plain(path: Path, scratch: Path) -> Path:
-    if path.suffix != ".gz":
-        return path
-    target = scratch / path.stem
-    with gzip.open(path, "rb") as source, target.open("wb") as sink:
-        shutil.copyfileobj(source, sink)
-    return target
 
 
 def _torchvision(name: str) -> Callable[[str | None, bool], Dataset]:

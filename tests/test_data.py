@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import gzip
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import pytest
+import torch
 
 from clusterfed.data import class_table, dirichlet, holdout, iid, load_dataset, shards
 from clusterfed.data.datasets import available
@@ -37,6 +45,72 @@ def test_fashion_mnist_comes_from_the_debian_package() -> None:
     data = load_dataset("fashion_mnist")
     assert data.input_shape == (1, 28, 28) and len(data) == 60000
     assert np.bincount(data.labels).tolist() == [6000] * 10
+
+
+def _idx(path: Path, magic: int, array: np.ndarray, gz: bool = False) -> None:
+    data = struct.pack(f">I{array.ndim}I", magic, *array.shape) + array.tobytes()
+    if gz:
+        path = path.with_name(path.name + ".gz")
+        path.write_bytes(gzip.compress(data))
+    else:
+        path.write_bytes(data)
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_fashion_mnists_idx_files_are_read_plain_or_gzipped(
+    tmp_path: Path, gz: bool
+) -> None:
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (12, 28, 28)).astype(np.uint8)
+    labels = (np.arange(12) % 10).astype(np.uint8)
+    _idx(tmp_path / "train-images-idx3-ubyte", 0x803, images, gz)
+    _idx(tmp_path / "train-labels-idx1-ubyte", 0x801, labels, gz)
+    data = load_dataset("fashion_mnist", str(tmp_path))
+    assert data.x.shape == (12, 1, 28, 28) and data.x.dtype == torch.float32
+    assert torch.equal(data.x, torch.from_numpy(images).float().div(255).unsqueeze(1))
+    assert data.labels.tolist() == labels.tolist()
+
+
+@pytest.mark.parametrize(
+    ("magic", "cut", "message"),
+    [
+        (0x801, 0, "not an IDX file of unsigned bytes with 3 dimensions"),
+        (0xD03, 0, "not an IDX file of unsigned bytes with 3 dimensions"),
+        (0x803, 5, r"9403 bytes of data, the header says 12 × 28 × 28"),
+    ],
+)
+def test_a_broken_idx_file_is_refused_naming_the_problem(
+    tmp_path: Path, magic: int, cut: int, message: str
+) -> None:
+    images = np.zeros((12, 28, 28), np.uint8)
+    _idx(tmp_path / "train-images-idx3-ubyte", magic, images)
+    path = tmp_path / "train-images-idx3-ubyte"
+    path.write_bytes(path.read_bytes()[: len(path.read_bytes()) - cut])
+    _idx(tmp_path / "train-labels-idx1-ubyte", 0x801, np.zeros(12, np.uint8))
+    with pytest.raises(ConfigError, match=message):
+        load_dataset("fashion_mnist", str(tmp_path))
+
+
+def test_images_and_labels_of_different_counts_are_refused(tmp_path: Path) -> None:
+    _idx(tmp_path / "train-images-idx3-ubyte", 0x803, np.zeros((3, 28, 28), np.uint8))
+    _idx(tmp_path / "train-labels-idx1-ubyte", 0x801, np.zeros(4, np.uint8))
+    with pytest.raises(ConfigError, match="3 images but 4 labels"):
+        load_dataset("fashion_mnist", str(tmp_path))
+
+
+def test_a_run_without_odd_rotations_never_imports_torchvision() -> None:
+    # torchvision costs every process 164 MiB; only rotations by angles that
+    # are not multiples of 90° need it.
+    code = (
+        "import sys, clusterfed, clusterfed.actors.spec as spec, torch;"
+        " clusterfed.run('quickstart', rounds=1, clients=4, out=sys.argv[1]);"
+        " spec.rotate(torch.zeros(1, 1, 4, 4), 90);"
+        " assert 'torchvision' not in sys.modules, 'imported';"
+        " spec.rotate(torch.zeros(1, 1, 4, 4), 30);"
+        " assert 'torchvision' in sys.modules"
+    )
+    with tempfile.TemporaryDirectory() as out:
+        subprocess.run([sys.executable, "-c", code, out], check=True)
 
 
 def test_file_datasets_say_where_they_looked(tmp_path) -> None:  # type: ignore[no-untyped-def]
