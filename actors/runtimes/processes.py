@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import importlib
 import multiprocessing
 import os
 import pickle
@@ -262,6 +263,10 @@ class ProcessRuntime:
         # The event loop's process trains nothing; one thread leaves the
         # cores to the workers (forked with it).
         torch.set_num_threads(1)
+        # A worker's first optimizer step would import torch._dynamo (about
+        # 145 MiB of modules) into each worker on its own; imported before
+        # the fork, the workers share this process's copy.
+        importlib.import_module("torch._dynamo")
         for index in range(self.n_workers):
             await self._spawn(index)
 
