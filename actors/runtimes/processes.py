@@ -125,15 +125,11 @@ class _Worker:
         reader, self.writer = await asyncio.open_connection(sock=self._socket)
         self._reading = asyncio.create_task(self._read_replies(reader))
 
-    async def call(self, spec: ClientSpec, data: bytes) -> bytes | None:
-        """The client's reply to `data`; None if it does not answer."""
-        return await self._ask(spec, DELIVER, data)
-
     async def call_parts(
         self, spec: ClientSpec, head: bytes, body: bytes
     ) -> bytes | None:
-        """The client's reply to `head + body`, the body sent only if the
-        worker does not keep it already."""
+        """The client's reply to `head + body` (None if it does not answer),
+        the body sent only if the worker does not keep it already."""
         if len(body) < KEEP_AT_LEAST or len(body) > KEPT_BYTES:
             return await self._ask(spec, DELIVER, head, body)
         return await self._ask(spec, CITE, _KEY.pack(self._keep(body)), head)
