@@ -178,6 +178,8 @@ class Client:
             reply = await self._serve(request)
         except PrivacyBudgetError as exc:
             reply = ErrorReply(code="budget_spent", message=str(exc))
+        except work.Diverged as exc:
+            reply = ErrorReply(code="diverged", message=str(exc))
         except ClusterfedError as exc:
             reply = ErrorReply(code="refused", message=str(exc))
         except Exception as exc:  # a bug or a bad task must not kill the actor
@@ -224,7 +226,7 @@ class Client:
                 return EvaluateReply(
                     cluster=model.cluster,
                     accuracy=scores.accuracy,
-                    loss=scores.loss,
+                    loss=work.check_loss(scores.loss, "evaluation"),
                     n_samples=scores.n_samples,
                 )
             case ProbeTask(models=models):
@@ -232,7 +234,11 @@ class Client:
                 n_test = len(self.spec.test)
                 return ProbeReply(
                     scores=tuple(
-                        ProbeScore(owner=m.owner, accuracy=r.accuracy, loss=r.loss)
+                        ProbeScore(
+                            owner=m.owner,
+                            accuracy=r.accuracy,
+                            loss=work.check_loss(r.loss, "probing"),
+                        )
                         for m, r in zip(models, results, strict=True)
                     ),
                     n_samples=n_test,

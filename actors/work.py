@@ -6,16 +6,23 @@ privacy accountant) and hands it in.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
 
 from clusterfed.algorithms import Candidate, make_policy
-from clusterfed.protocol import IdentityRule, TrainConfig
+from clusterfed.errors import ClusterfedError
+from clusterfed.protocol import MAX_LOSS, IdentityRule, TrainConfig
 from clusterfed.types import ClusterId
 
 from .trainer import LocalTrainer, TrainResult
+
+
+class Diverged(ClusterfedError):
+    """Training left numbers no reply can carry: a loss that is not finite or
+    above the protocol's bound, or weights that are not finite."""
 
 
 def train(
@@ -34,10 +41,24 @@ def train(
         cluster = policy.choose(probe, candidates, round)
         chosen = next(c for c in candidates if c.cluster == cluster)
     result = trainer.train(chosen.weights, config, round)
+    check_loss(result.loss, "training")
+    if not np.isfinite(result.delta).all():
+        raise Diverged(
+            f"training diverged: the update holds non-finite values (lr {config.lr})"
+        )
     # Probing costs simulated compute too: count its samples like training's.
     return chosen.cluster, replace(
         result, samples_seen=result.samples_seen + probe.samples
     )
+
+
+def check_loss(loss: float, what: str) -> float:
+    """`loss` if a reply may carry it; else `Diverged`, naming the value."""
+    if not (math.isfinite(loss) and 0 <= loss <= MAX_LOSS):
+        raise Diverged(
+            f"{what} diverged: mean loss {loss:.3g} is outside [0, {MAX_LOSS:g}]"
+        )
+    return loss
 
 
 def class_histogram(trainer: LocalTrainer, n_classes: int) -> list[int]:
