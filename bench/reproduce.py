@@ -9,6 +9,14 @@ this script performs.
 
     python bench/reproduce.py            # the papers' rounds (about an hour)
     python bench/reproduce.py --quick    # fewer rounds, digits only (< 10 min)
+    python bench/reproduce.py --quick --datasets fashion_mnist   # paper scale
+    python bench/reproduce.py --datasets fashion_mnist --only ocfl \
+        --records docs/records --page docs/REPRODUCTION-fmnist.md
+
+A paper-scale page takes hours of runs (bench/RESULTS.md), so it is built in
+pieces: --records keeps what the page needs of each experiment in the
+repository, and the page is written from every experiment recorded there,
+whenever and wherever it ran (--no-run: from the records alone).
 
 The work is in the package beside this script, bench/reproduce/: one module
 per paper and shared ones for the runner, the page and the figures.

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from clusterfed.data.datasets import available
 
-from . import EXPERIMENTS, PAPERS
+from . import EXPERIMENTS, PAPERS, records
 from .page import write_page
 from .runner import ROOT, run_all
 
@@ -50,7 +50,21 @@ def main() -> None:
         " (compare --resume) and run the rest: a page built over several"
         " sittings; its times are then the runs' own wall times, summed",
     )
+    parser.add_argument(
+        "--records",
+        default=None,
+        help="folder of kept outcomes (see records.py): every experiment run"
+        " now is written there, and those kept there from other sittings or"
+        " machines join the page",
+    )
+    parser.add_argument(
+        "--no-run",
+        action="store_true",
+        help="run nothing: write the page from --records alone",
+    )
     args = parser.parse_args()
+    if args.no_run and not args.records:
+        parser.error("--no-run writes the page from --records; name that folder")
     if args.datasets:
         datasets = args.datasets.split(",")
     elif args.quick or not available("fashion_mnist"):
@@ -59,23 +73,38 @@ def main() -> None:
         datasets = ["digits", "fashion_mnist"]
     seeds = args.seeds or (3 if "fashion_mnist" in datasets and not args.quick else 1)
     start = time.perf_counter()
-    outcomes = run_all(
-        EXPERIMENTS,
-        args.quick,
-        Path(args.out).resolve(),
-        args.only,
-        datasets,
-        seeds,
-        resume=args.resume,
+    outcomes = (
+        []
+        if args.no_run
+        else run_all(
+            EXPERIMENTS,
+            args.quick,
+            Path(args.out).resolve(),
+            args.only,
+            datasets,
+            seeds,
+            resume=args.resume,
+        )
     )
     elapsed = time.perf_counter() - start
+    if args.records:
+        folder = Path(args.records)
+        for outcome in outcomes:
+            records.save(outcome, folder)
+        ran = {(o.dataset, o.experiment.key) for o in outcomes}
+        outcomes += [
+            o
+            for o in records.load(folder, EXPERIMENTS, datasets, args.quick)
+            if (o.dataset, o.experiment.key) not in ran
+        ]
+    several_sittings = args.resume or args.records is not None
     write_page(
         outcomes,
         shlex.join(["python", "bench/reproduce.py", *sys.argv[1:]]),
         Path(args.page),
-        sum(o.seconds for o in outcomes) if args.resume else elapsed,
+        sum(o.seconds for o in outcomes) if several_sittings else elapsed,
         [paper.section for paper in PAPERS],
-        resumed=args.resume,
+        resumed=several_sittings,
     )
     (Path(args.out) / "reproduce.json").write_text(
         json.dumps(

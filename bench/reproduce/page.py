@@ -114,8 +114,8 @@ def write_page(
         ]
     took = (
         f"The runs took {seconds / 60:.1f} minutes of their own wall time,"
-        " summed: the page was put together with --resume, from runs that may"
-        " come from several sittings."
+        " summed: the page was put together with --resume or --records, from"
+        " runs that may come from several sittings."
         if resumed
         else f"All runs together took {seconds / 60:.1f} minutes on the machine"
         " that wrote this page."

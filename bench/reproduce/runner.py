@@ -10,7 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from clusterfed.comparison import CompareResult, compare
-from clusterfed.seeds import Interval, interval, paired_differences
+from clusterfed.seeds import (
+    Interval,
+    interval,
+    paired_differences,
+    seed_statistics,
+)
 
 # The repository root: the page names run folders relative to it.
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,6 +35,10 @@ class Experiment:
     # (scenarios/papers_fmnist.py); None: the digits one with dataset.name.
     paper_scale: str | None = None
     paper_scale_only: bool = False  # nothing to run on the digits
+    # Rounds in --quick mode at paper scale (None: skip there). A round there
+    # costs 1-9 s where the digits' costs 0.1-0.5 s, so these are sized to
+    # keep the whole quick page under 10 minutes, not to show each effect.
+    paper_quick_rounds: int | None = None
 
     def algorithms_for(self, quick: bool) -> tuple[str, ...]:
         return (self.quick_algorithms or self.algorithms) if quick else self.algorithms
@@ -38,6 +47,11 @@ class Experiment:
         if dataset == "fashion_mnist" and self.paper_scale is not None:
             return self.paper_scale
         return self.scenario
+
+    def quick_rounds_for(self, dataset: str) -> int | None:
+        if self.scenario_for(dataset) != self.scenario:
+            return self.paper_quick_rounds
+        return self.quick_rounds
 
     def command(self, quick: bool, dataset: str, seeds: int = 1) -> str:
         parts = [
@@ -49,8 +63,9 @@ class Experiment:
         ]
         if seeds > 1:
             parts += ["--seeds", str(seeds)]
-        if quick and self.quick_rounds is not None:
-            parts += ["--rounds", str(self.quick_rounds)]
+        rounds = self.quick_rounds_for(dataset)
+        if quick and rounds is not None:
+            parts += ["--rounds", str(rounds)]
         for assignment in self.overrides(dataset):
             parts += ["--set", assignment]
         return shlex.join(parts)
@@ -65,18 +80,23 @@ class Experiment:
 class Outcome:
     """An experiment's runs: `summaries` hold each metric's mean over the
     seeds (the first seed's value of anything else), `statistics` the
-    intervals, `seed_summaries` every seed's own, `rows` the first seed's."""
+    intervals, `seed_summaries` every seed's own, `seed_rows` every seed's
+    per-round rows (`rows`: the first seed's)."""
 
     experiment: Experiment
     dataset: str
     seconds: float
     summaries: dict[str, dict[str, Any]]
-    rows: dict[str, list[dict[str, Any]]]
+    seed_rows: dict[str, dict[int, list[dict[str, Any]]]]
     out: Path
     quick: bool
     seeds: tuple[int, ...] = (0,)
     statistics: dict[str, dict[str, Interval]] = field(default_factory=dict)
     seed_summaries: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> dict[str, list[dict[str, Any]]]:
+        return {name: runs[min(runs)] for name, runs in self.seed_rows.items()}
 
     def paired(self, a: str, b: str, metric: str = "final_mean_acc") -> Interval:
         """`a` minus `b` on `metric`, seed by seed, with its interval."""
@@ -105,7 +125,7 @@ def run_all(
         for exp in experiments:
             if only and not any(exp.key.startswith(o) for o in only):
                 continue
-            if quick and exp.quick_rounds is None:
+            if quick and exp.quick_rounds_for(dataset) is None:
                 continue
             if exp.paper_scale_only and exp.scenario_for(dataset) == exp.scenario:
                 continue
@@ -117,7 +137,7 @@ def run_all(
                 out=folder,
                 overwrite=not resume,  # a rerun replaces its own results
                 resume=resume,
-                rounds=exp.quick_rounds if quick else None,
+                rounds=exp.quick_rounds_for(dataset) if quick else None,
                 overrides=exp.overrides(dataset),
                 seeds=seeds if seeds > 1 else None,
             )
@@ -141,26 +161,44 @@ def _outcome(
     folder: Path,
     quick: bool,
 ) -> Outcome:
-    by_seed = result.seed_summaries
-    statistics = result.statistics
+    rows = {
+        name: {seed: run.rows for seed, run in runs.items()}
+        for name, runs in result.by_seed.items()
+    }
+    return make_outcome(
+        exp, dataset, seconds, result.seed_summaries, rows, folder, quick
+    )
+
+
+def make_outcome(
+    exp: Experiment,
+    dataset: str,
+    seconds: float,
+    seed_summaries: dict[str, dict[int, dict[str, Any]]],
+    seed_rows: dict[str, dict[int, list[dict[str, Any]]]],
+    folder: Path,
+    quick: bool,
+) -> Outcome:
+    """An experiment's outcome from every algorithm's per-seed summaries and
+    rows: the means and intervals over the seeds follow from them."""
+    statistics = {name: seed_statistics(s) for name, s in seed_summaries.items()}
     summaries = {}
-    for name, per_seed in by_seed.items():
+    for name, per_seed in seed_summaries.items():
         first = dict(per_seed[min(per_seed)])
         for metric, found in statistics[name].items():
             if found.mean is not None:
                 first[metric] = found.mean
         summaries[name] = first
-    rows = {name: runs[min(runs)].rows for name, runs in result.by_seed.items()}
-    seeds = tuple(sorted(next(iter(by_seed.values()))))
+    seeds = tuple(sorted(next(iter(seed_summaries.values()))))
     return Outcome(
         exp,
         dataset,
         seconds,
         summaries,
-        rows,
+        seed_rows,
         folder,
         quick,
         seeds,
         statistics,
-        by_seed,
+        seed_summaries,
     )
