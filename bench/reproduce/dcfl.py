@@ -8,7 +8,7 @@ from typing import Any
 
 from clusterfed.seeds import Interval
 
-from .figures import fig4
+from .figures import client_accuracies, fig4
 from .page import decided, pm, provenance, table
 from .runner import ByKey, Experiment, Outcome
 
@@ -180,6 +180,20 @@ def section(by_key: ByKey, dataset: str, figures: Path) -> list[str]:
         *table(["distance", *TABLE1_HEADER[1:]], _table1_rows(TABLE2, ours)),
     ]
     lines += provenance(*ablation)
+    if ablation:
+        fig = client_accuracies(
+            [("complete", nodp.rows["dcfl"])]
+            + [
+                (o.experiment.key.removeprefix("dcfl-table2-"), o.rows["dcfl"])
+                for o in ablation
+            ],
+            figures / f"dcfl-fig6-nodp-{dataset}.png",
+        )
+        lines += [
+            f"![DCFL Fig. 6 without DP on {dataset}: each client's accuracy per"
+            f" distance](figures/{fig.name})",
+            "",
+        ]
     return lines + _fig5(by_key, dataset, main, nodp)
 
 

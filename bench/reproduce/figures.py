@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -17,10 +18,18 @@ from .runner import Outcome  # noqa: E402
 
 def fig4(outcome: Outcome, path: Path) -> Path:
     """DCFL Fig. 4: per-client accuracy in grey, the mean in black, per algorithm."""
-    names = list(outcome.rows)
-    fig, axes = plt.subplots(1, len(names), figsize=(4 * len(names), 3.2), sharey=True)
-    for ax, name in zip(np.atleast_1d(axes), names, strict=True):
-        rows = outcome.rows[name]
+    return client_accuracies(list(outcome.rows.items()), path)
+
+
+def client_accuracies(
+    panels: Sequence[tuple[str, list[dict[str, Any]]]], path: Path
+) -> Path:
+    """One panel per (title, rows): each client's accuracy per round in grey,
+    the mean in black (the style of DCFL's Figs. 4 and 6)."""
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(4 * len(panels), 3.2), sharey=True
+    )
+    for ax, (name, rows) in zip(np.atleast_1d(axes), panels, strict=True):
         ids = sorted({c["id"] for r in rows for c in r["clients"]})
         grid = np.full((len(ids), len(rows)), np.nan)
         for j, r in enumerate(rows):
