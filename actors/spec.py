@@ -19,7 +19,7 @@ from clusterfed.models import build_model
 
 from .clock import DeviceProfile
 from .privacy import Horizon, PrivateTraining, private_model
-from .trainer import LocalTrainer
+from .trainer import LocalTrainer, Rows
 
 Accountant = Literal["rdp", "prv", "gdp"]
 
@@ -162,10 +162,13 @@ def build_trainer(
                 f" got {spec.label_permutation}"
             )
         y = torch.tensor(spec.label_permutation)[y]
-    train, test = list(spec.train), list(spec.test)
-    x_train, x_test = data.x[train], data.x[test]
+    train = torch.tensor(spec.train, dtype=torch.long)
+    test = torch.tensor(spec.test, dtype=torch.long)
+    # Unrotated clients read the shared dataset through their indices.
+    x_train, x_test = Rows(data.x, train), Rows(data.x, test)
     if spec.rotation % 360:
-        x_train, x_test = rotate(x_train, spec.rotation), rotate(x_test, spec.rotation)
+        x_train = Rows(rotate(x_train.gather(), spec.rotation))
+        x_test = Rows(rotate(x_test.gather(), spec.rotation))
     return LocalTrainer(
         model, x_train, y[train], x_test, y[test], seed=spec.seed, privacy=privacy
     )
