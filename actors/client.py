@@ -163,7 +163,7 @@ class Client:
         try:
             request = decode(data)
         except ProtocolError as exc:
-            error = ErrorReply(code="bad_message", message=str(exc))
+            error = ErrorReply.of("bad_message", str(exc))
             return encode(
                 self._envelope(
                     error, msg_id=f"{self.address}:error", recipient="server", round=-1
@@ -177,14 +177,14 @@ class Client:
         try:
             reply = await self._serve(request)
         except PrivacyBudgetError as exc:
-            reply = ErrorReply(code="budget_spent", message=str(exc))
+            reply = ErrorReply.of("budget_spent", str(exc))
         except work.Diverged as exc:
-            reply = ErrorReply(code="diverged", message=str(exc))
+            reply = ErrorReply.of("diverged", str(exc))
         except ClusterfedError as exc:
-            reply = ErrorReply(code="refused", message=str(exc))
+            reply = ErrorReply.of("refused", str(exc))
         except Exception as exc:  # a bug or a bad task must not kill the actor
             log.exception("client %s failed on %s", self.id, request.payload.kind)
-            reply = ErrorReply(code="internal", message=f"{type(exc).__name__}: {exc}")
+            reply = ErrorReply.of("internal", f"{type(exc).__name__}: {exc}")
         encoded = encode(self._reply_to(request, reply))
         if isinstance(reply, UpdateReply):
             self.faults.remember(encoded)

@@ -229,7 +229,7 @@ class FaultyBehaviour:
         try:
             honest = await serve(request)
         except Exception as exc:  # as an honest client, it says why
-            honest = ErrorReply(code="internal", message=f"{type(exc).__name__}")
+            honest = ErrorReply.of("internal", f"{type(exc).__name__}")
         if not isinstance(honest, UpdateReply):
             return encode(reply_to(request, honest))
         if behaviour == "lie_samples":

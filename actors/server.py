@@ -145,7 +145,7 @@ class ParameterServer:
         except ProtocolError as exc:
             self._rejections.append(f"inbound: {exc}")
             return self.courier.encode(
-                ErrorReply(code="bad_message", message=str(exc)), "unknown", -1
+                ErrorReply.of("bad_message", str(exc)), "unknown", -1
             )
         sender = client_of(request.sender)
         forged = (
@@ -159,7 +159,7 @@ class ParameterServer:
         match request.payload:
             case _ if forged is not None:
                 self._rejections.append(forged)
-                reply: Message = ErrorReply(code="refused", message=forged)
+                reply: Message = ErrorReply.of("refused", forged)
             case JoinRequest(client_id=cid) if request.sender == client_address(cid):
                 cluster = self.join(
                     ClientInfo(ClientId(cid), request.payload.n_train, self.round)
@@ -174,13 +174,13 @@ class ParameterServer:
             case other if other.kind in REPLY_KINDS:
                 reason = self.books.check_inbound(request, self.clients)
                 self._rejections.append(reason)
-                reply = ErrorReply(code="refused", message=reason)
+                reply = ErrorReply.of("refused", reason)
             case other:
                 reason = (
                     f"inbound {other.kind!r} from {request.sender!r} is not accepted"
                 )
                 self._rejections.append(reason)
-                reply = ErrorReply(code="refused", message=reason)
+                reply = ErrorReply.of("refused", reason)
         return self.courier.encode(reply, request.sender, request.round, request.msg_id)
 
     def join(self, client: ClientInfo) -> ClusterId | None:

@@ -30,6 +30,8 @@ MAX_MODELS = 1024
 """The most models one train task may carry."""
 MAX_POLICY_PARAMS = 32
 """The most parameters an identity rule may carry."""
+MAX_TEXT = 1024
+"""The longest free text (a reason, an error's message) a message may carry."""
 
 # Every number a peer reports is strict (no string, float or bool read as a
 # count, no string or bool read as a float) and bounded: a count that sums
@@ -96,7 +98,7 @@ class LeaveNotice(_Frozen):
 
     kind: Literal["leave"] = "leave"
     client_id: Id
-    reason: str = Field("", max_length=1024)
+    reason: str = Field("", max_length=MAX_TEXT)
 
 
 class Welcome(_Frozen):
@@ -215,12 +217,18 @@ class ErrorReply(_Frozen):
 
     kind: Literal["error"] = "error"
     code: str = Field(max_length=64)
-    message: str
+    message: str = Field(max_length=MAX_TEXT)
+
+    @classmethod
+    def of(cls, code: str, message: str) -> ErrorReply:
+        """The reply a sender builds: its message cut to the bound, where a
+        receiver refuses a longer one (an exception's text can be long)."""
+        return cls(code=code, message=message[:MAX_TEXT])
 
 
 class Shutdown(_Frozen):
     kind: Literal["shutdown"] = "shutdown"
-    reason: str = ""
+    reason: str = Field("", max_length=MAX_TEXT)
 
 
 Message = Annotated[

@@ -33,6 +33,7 @@ from clusterfed.actors import Client, InlineRuntime, ParameterServer, RoundOutco
 from clusterfed.errors import ConfigError
 from clusterfed.protocol import (
     MAX_REASON,
+    MAX_TEXT,
     Envelope,
     ErrorReply,
     JoinRequest,
@@ -350,7 +351,9 @@ def test_a_reported_number_out_of_range_is_refused(
         assert_same_models(server, reference)
 
 
-@pytest.mark.parametrize("size", [8 * 1024 * 1024, 60_000], ids=["8 MB", "60 kB"])
+@pytest.mark.parametrize(
+    "size", [8 * 1024 * 1024, 60_000, MAX_TEXT], ids=["8 MB", "60 kB", "1 kB"]
+)
 def test_an_error_reply_is_stored_as_one_short_printable_line(size: int) -> None:
     def error(reply: bytes) -> bytes:
         text = ("\x1b[2J\x1b[31mboom\n" * (size // 14 + 1))[:size]
@@ -364,7 +367,11 @@ def test_an_error_reply_is_stored_as_one_short_printable_line(size: int) -> None
     reason = row.reason or ""
     assert len(reason) <= MAX_REASON
     assert not any(ch < " " for ch in reason)
-    assert row.rejected if size > 64 * 1024 else row.failed
+    # Over the message size limit, or over the bound of an error's text:
+    # refused; within both, a failed task whose reason is the client's text.
+    assert row.rejected if size > MAX_TEXT else row.failed
+    if size == 60_000:
+        assert "message: String should have at most 1024" in reason
     assert_same_models(server, reference)
 
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from clusterfed.protocol import (
     MAX_CLASSES,
+    MAX_TEXT,
     MESSAGE_KINDS,
     PROTOCOL_VERSION,
     ClassHistogram,
@@ -415,6 +416,27 @@ def test_reported_numbers_are_strict_and_bounded(field: str, value: object) -> N
     data = msgpack.packb(_update_raw(**{field: value}), use_bin_type=True)
     with pytest.raises(ProtocolError, match=f"update_reply.{field}"):
         decode(data)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"kind": "error", "code": "internal", "message": "x" * (MAX_TEXT + 1)},
+        {"kind": "shutdown", "reason": "x" * (MAX_TEXT + 1)},
+        {"kind": "leave", "client_id": 1, "reason": "x" * (MAX_TEXT + 1)},
+    ],
+)
+def test_free_text_over_its_bound_is_refused(payload: dict[str, object]) -> None:
+    raw = _update_raw()
+    raw["payload"] = payload
+    with pytest.raises(ProtocolError, match="at most 1024 characters"):
+        decode(msgpack.packb(raw, use_bin_type=True))
+
+
+def test_a_sender_cuts_an_error_message_to_the_bound() -> None:
+    reply = ErrorReply.of("internal", "y" * 5000)
+    assert reply.message == "y" * MAX_TEXT
+    assert decode(encode(envelope(reply))).payload == reply
 
 
 def test_a_megabyte_of_empty_maps_is_refused_fast_small_and_briefly() -> None:
