@@ -98,14 +98,27 @@ def test_a_worker_over_its_budget_forgets_the_oldest_and_the_run_is_the_same(
     monkeypatch.setattr(processes, "KEPT_BYTES", body + 4096)
     monkeypatch.setattr(processes, "KEEP_AT_LEAST", 1024)
     forgotten: list[int] = []
-    write = asyncio.StreamWriter.write
+    connect = _Worker.connect
 
-    def spy(writer: asyncio.StreamWriter, data: Any) -> None:
-        if bytes(data[:1]) == bytes([processes.FORGET]):
-            forgotten.append(processes._HEADER.unpack(bytes(data))[1])
-        write(writer, data)
+    class Spy:
+        """A worker's transport, noting the keys of the FORGET frames."""
 
-    monkeypatch.setattr(asyncio.StreamWriter, "write", spy)
+        def __init__(self, transport: Any) -> None:
+            self.transport = transport
+
+        def write(self, data: bytes) -> None:
+            if bytes(data[:1]) == bytes([processes.FORGET]):
+                forgotten.append(processes._HEADER.unpack(bytes(data))[1])
+            self.transport.write(data)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.transport, name)
+
+    async def spied_connect(worker: _Worker) -> None:
+        await connect(worker)
+        worker.writer = Spy(worker.writer)
+
+    monkeypatch.setattr(_Worker, "connect", spied_connect)
     count = FrameCount(monkeypatch)
     models = final_models(tmp_path, scenario, ProcessRuntime(2))
     assert forgotten and count.kept > len(forgotten)

@@ -65,8 +65,9 @@ from ..faults import load_spec
 from ..host import ClientHost
 from ..spec import ClientSpec
 from .base import KEEP_AT_LEAST, KEPT_BYTES
+from .frames import HEADER, FrameReader
 
-_HEADER = struct.Struct("<BQQ")
+_HEADER = HEADER
 _BUFFER = 8 * 1024 * 1024
 (
     REGISTER,
@@ -109,12 +110,12 @@ class _Worker:
         theirs.close()
         self._socket = ours
         self.known: dict[int, ClientSpec] = {}
-        self.writer: asyncio.StreamWriter | None = None
+        self.writer: asyncio.WriteTransport | None = None
         # Requests are pipelined: the worker answers frames in order, so each
         # reply resolves the oldest waiting future; the next request is already
         # in the worker's socket while it trains.
         self._waiting: deque[asyncio.Future[bytes | None]] = deque()
-        self._reading: asyncio.Task[None] | None = None
+        self._frames: FrameReader | None = None
         # Request bodies the worker keeps, oldest first: id(body) → (key,
         # body). Holding the body keeps its id from being reused.
         self.kept: dict[int, tuple[int, bytes]] = {}
@@ -122,8 +123,10 @@ class _Worker:
         self.next_key = 0
 
     async def connect(self) -> None:
-        reader, self.writer = await asyncio.open_connection(sock=self._socket)
-        self._reading = asyncio.create_task(self._read_replies(reader))
+        frames = FrameReader(self._reply, self._lost)
+        self.writer, self._frames = await asyncio.get_running_loop().create_connection(
+            lambda: frames, sock=self._socket
+        )
 
     async def call_parts(
         self, spec: ClientSpec, head: bytes, body: bytes
@@ -184,8 +187,8 @@ class _Worker:
         data: Sequence[bytes],
         reply: asyncio.Future[Any],
     ) -> None:
-        assert self.writer is not None
-        if self._reading is None or self._reading.done():
+        assert self.writer is not None and self._frames is not None
+        if self._frames.closed:
             raise WorkerDied(f"worker process {self.index} died")
         if self.known.get(spec.id) is not spec:
             body = spec.model_dump_json().encode()
@@ -195,44 +198,39 @@ class _Worker:
         self.writer.writelines([_HEADER.pack(kind, spec.id, size), *data])
         self._waiting.append(reply)
         try:
-            await self.writer.drain()
+            await self._frames.drain()
         except ConnectionError as exc:
             raise WorkerDied(f"worker process {self.index} died") from exc
 
-    async def _read_replies(self, reader: asyncio.StreamReader) -> None:
-        try:
-            while True:
-                header = await reader.readexactly(_HEADER.size)
-                kind, _, size = _HEADER.unpack(header)
-                body = await reader.readexactly(size)
-                reply = self._waiting.popleft()
-                if reply.cancelled():  # the server stopped waiting (a timeout)
-                    continue
-                if kind == ERROR:
-                    text = body.decode(errors="replace")
-                    reply.set_exception(RuntimeError(f"worker {self.index}: {text}"))
-                else:
-                    reply.set_result(None if kind == NO_REPLY else body)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            while self._waiting:
-                self._waiting.popleft().set_exception(
-                    WorkerDied(f"worker process {self.index} died")
-                )
+    def _reply(self, kind: int, body: bytearray) -> None:
+        reply = self._waiting.popleft()
+        if reply.cancelled():  # the server stopped waiting (a timeout)
+            return
+        if kind == ERROR:
+            text = body.decode(errors="replace")
+            reply.set_exception(RuntimeError(f"worker {self.index}: {text}"))
+        else:
+            # A bytearray where bytes are promised: it is this reply's own
+            # buffer, read once, and the codec takes either.
+            reply.set_result(None if kind == NO_REPLY else body)  # type: ignore[arg-type]
+
+    def _lost(self) -> None:
+        while self._waiting:
+            reply = self._waiting.popleft()
+            if not reply.cancelled():
+                reply.set_exception(WorkerDied(f"worker process {self.index} died"))
 
     async def stop(self) -> None:
-        if self.writer is not None:
+        if self.writer is not None and self._frames is not None:
             try:
                 self.writer.write(_HEADER.pack(STOP, 0, 0))
-                await self.writer.drain()
-                self.writer.close()
+                await self._frames.drain()
             except ConnectionError:
                 pass
+            self.writer.close()
         await asyncio.to_thread(self.process.join, 5)
         if self.process.is_alive():
             self.process.kill()
-        if self._reading is not None:
-            self._reading.cancel()
-            await asyncio.gather(self._reading, return_exceptions=True)
 
 
 class ProcessRuntime:
