@@ -152,10 +152,14 @@ class LocalTrainer:
                 )
                 total_loss += loss.item() * len(batch)
                 seen += len(batch)
-                if start is not None:
-                    loss = loss + config.mu / 2 * _squared_distance(params, start)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
+                if start is not None:
+                    # FedProx's μ/2·‖w − w₀‖² enters as its gradient μ(w − w₀),
+                    # as in the DP path: outside autograd's graph it is one
+                    # fused update per parameter instead of a squared distance
+                    # over every weight and its backward pass each step.
+                    _add_proximal_gradient(params, start, config.mu)
                 optimizer.step()
         delta = get_flat(self.model) - weights
         return TrainResult(delta, total_loss / seen, n, seen)
@@ -304,9 +308,3 @@ def _add_proximal_gradient(
     with torch.no_grad():
         for p, s in zip(params, start, strict=True):
             p.grad.add_(p - s, alpha=mu)  # type: ignore[union-attr]
-
-
-def _squared_distance(
-    params: Sequence[torch.Tensor], start: Sequence[torch.Tensor]
-) -> torch.Tensor:
-    return sum(((p - s) ** 2).sum() for p, s in zip(params, start, strict=True))  # type: ignore[return-value]
