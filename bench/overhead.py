@@ -68,7 +68,7 @@ def plain_fedavg(rounds: int) -> tuple[float, list[float]]:
 
 
 def clusterfed_fedavg(rounds: int, out: str) -> tuple[float, list[float]]:
-    result = clusterfed.run("quickstart", rounds=rounds, out=out)
+    result = clusterfed.run("quickstart", rounds=rounds, out=out, overwrite=True)
     last = result.rows[-1]["clients"]
     return result.summary["final_mean_acc"], [c["acc"] for c in last]
 
