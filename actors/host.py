@@ -9,11 +9,35 @@ memory) on their own objects.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+import torch
+from threadpoolctl import threadpool_limits
 
 from .client import Client, keeps_state
 from .spec import ClientSpec, ScratchModels
+
+
+def compute_on_one_thread() -> Callable[[], None]:
+    """Torch's threads and the BLAS libraries' (numpy's OpenBLAS, through
+    threadpoolctl) down to one in this process; returns what restores them.
+
+    A host computes one client at a time beside the other hosts, one core
+    each: a second BLAS thread only competes with another host (OpenBLAS
+    spins while it waits), and a dot product summed in two halves rounds
+    differently from one summed whole, so every host uses one thread for the
+    same numerics in every runtime.
+    """
+    torch_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    blas = threadpool_limits(1)
+
+    def restore() -> None:
+        blas.restore_original_limits()
+        torch.set_num_threads(torch_threads)
+
+    return restore
 
 
 class ClientHost:

@@ -6,12 +6,10 @@ it is made, so nothing else trains at the same time.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import torch
-
-from ..host import ClientHost
+from ..host import ClientHost, compute_on_one_thread
 from ..spec import ClientSpec
 
 
@@ -22,14 +20,14 @@ class InlineRuntime:
 
     def __init__(self) -> None:
         self.host = ClientHost()
-        self._torch_threads = torch.get_num_threads()
+        self._restore_threads: Callable[[], None] | None = None
 
     parallelism = 1
     """One host: this process."""
 
     async def start(self) -> None:
         # One thread, as in a worker: the same numerics in every runtime.
-        torch.set_num_threads(1)
+        self._restore_threads = compute_on_one_thread()
 
     async def add(self, specs: Sequence[ClientSpec]) -> list[bytes]:
         return self.host.add(specs)
@@ -53,4 +51,6 @@ class InlineRuntime:
         """Nothing restarts in this process."""
 
     async def close(self) -> None:
-        torch.set_num_threads(self._torch_threads)
+        if self._restore_threads is not None:
+            self._restore_threads()
+            self._restore_threads = None

@@ -1,7 +1,7 @@
 """The processes runtime (the local default): client actors in forked workers.
 
-Each worker is a forked process with one torch thread and one `ClientHost`,
-hosting a fixed share of the clients. A
+Each worker is a forked process that computes on one thread (torch's and
+BLAS's) with one `ClientHost`, hosting a fixed share of the clients. A
 client stays on the worker it was first given, so whatever it keeps between
 rounds (a privacy accountant, say) stays with it; a new client goes to the
 worker with the fewest training samples, which balances the rounds. Training
@@ -62,7 +62,7 @@ import torch
 from clusterfed.types import ClientId
 
 from ..faults import load_spec
-from ..host import ClientHost
+from ..host import ClientHost, compute_on_one_thread
 from ..spec import ClientSpec
 from .base import KEEP_AT_LEAST, KEPT_BYTES
 from .frames import HEADER, FrameReader
@@ -362,7 +362,7 @@ def _serve(sock: socket.socket, parents_end: socket.socket, parent: int) -> None
     """A worker's loop: build clients from specs, answer their requests."""
     _die_with_parent(parent)
     parents_end.close()  # else the parent's death would never read as EOF here
-    torch.set_num_threads(1)
+    compute_on_one_thread()
     loop = asyncio.new_event_loop()
     host = ClientHost()
     kept: dict[int, bytes] = {}

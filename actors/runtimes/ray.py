@@ -4,7 +4,7 @@ A Ray actor is a process of ≈100–150 MB, so one per client does not scale:
 each host actor holds `clients_per_host` logical clients in a `ClientHost`
 (`clients_per_host=1` gives every client its own actor). Requests and replies
 are the same encoded protocol bytes as in the local runtimes, and every host
-trains with one torch thread, so a run gives the same results everywhere.
+trains on one thread (torch's and BLAS's), so a run gives the same results everywhere.
 
 The runtime itself lives where the federation's server side lives: inside
 the federation's Ray actor (see `clusterfed.remote`), so every call it makes
@@ -30,7 +30,7 @@ from typing import Any
 
 import ray
 
-from ..host import ClientHost
+from ..host import ClientHost, compute_on_one_thread
 from ..spec import ClientSpec
 from .base import KEEP_AT_LEAST, KEPT_BYTES
 
@@ -39,9 +39,7 @@ class RayClientHost:
     """A Ray actor hosting several client actors; they train one at a time."""
 
     def __init__(self, specs: Sequence[ClientSpec], federation: Any) -> None:
-        import torch
-
-        torch.set_num_threads(1)
+        compute_on_one_thread()
         self.host = ClientHost()
         self.joins = joins = self.host.add(specs)
         # Ray re-runs the constructor when it restarts a dead host: its clients
