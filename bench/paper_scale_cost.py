@@ -1,7 +1,7 @@
 """What the Fashion-MNIST reproductions cost: wall seconds per round of each
 paper scenario and algorithm, and the projected time of the full page.
 
-    python bench/paper_scale_cost.py [--rounds 3] [--seeds 3]
+    python bench/paper_scale_cost.py [--rounds 3] [--seeds 3] [--only gradloss ifca]
 
 Runs `--rounds` rounds of every (scenario, algorithm, settings) the paper-scale
 reproduction runs, once, and prints round 0 and the median of the later
@@ -48,10 +48,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument(
+        "--only", nargs="*", default=[], help="these algorithms only (default: all)"
+    )
     args = parser.parse_args()
     total = 0.0
     print(f"{'scenario':24} {'algorithm':9} {'sets':10} round0  later  runs  projected")
     for scenario, algorithm, sets, share in RUNS:
+        if args.only and algorithm not in args.only:
+            continue
         with tempfile.TemporaryDirectory() as tmp:
             result = clusterfed.run(
                 scenario,

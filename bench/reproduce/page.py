@@ -14,6 +14,8 @@ from .runner import ROOT, ByKey, Outcome
 # A paper's part of the page for one dataset; [] when none of its runs is there.
 Section = Callable[[ByKey, str, Path], list[str]]
 
+# Both datasets of the page have 10 classes.
+CHANCE = 0.1
 DATASET_WORDS = {
     "digits": "the embedded digits (8×8 images, 1,797 of them)",
     "fashion_mnist": "Fashion-MNIST (28×28 images, 70,000 of them)",
@@ -69,6 +71,19 @@ def provenance(*outcomes: Outcome) -> list[str]:
         lines.append(
             f"- `{command}` — seed{'s' * (len(o.seeds) > 1)} {seeds}, dataset"
             f" {o.dataset}, {o.seconds:.0f} s; results in `{where}`."
+        )
+    near_chance = [
+        f"{o.experiment.key} {algorithm} seed {seed} ({s['final_mean_acc']:.3f})"
+        for o in outcomes
+        for algorithm, by_seed in o.seed_summaries.items()
+        for seed, s in sorted(by_seed.items())
+        if s.get("final_mean_acc") is not None and s["final_mean_acc"] < 2 * CHANCE
+    ]
+    if near_chance:
+        lines.append(
+            f"- Ended near chance (final mean accuracy under {2 * CHANCE:.2f}, twice"
+            f" chance; a collapsed model, not a clustering result):"
+            f" {', '.join(near_chance)}."
         )
     return [*lines, ""]
 
