@@ -9,7 +9,7 @@ from typing import Any
 from clusterfed.seeds import Interval
 
 from .figures import client_accuracies, fig4
-from .page import decided, pm, provenance, table
+from .page import CLAIMS, decided, pm, provenance, table
 from .runner import ByKey, Experiment, Outcome
 
 # The paper's Fig. 5 settings besides Table I's (joins, drift, DP) and its
@@ -268,7 +268,7 @@ def _verdict(main: Outcome) -> list[str]:
     """The paper's claims, each decided from its paired interval over seeds:
     DCFL's final mean and training average above FedAvg's and CFL's, its
     spread across clients below theirs."""
-    lines = ["The paper's claims, seed by seed (difference, 95 % interval):", ""]
+    lines = [CLAIMS, ""]
     for other in ("fedavg", "cfl"):
         above = main.paired("dcfl", other)
         during = main.paired("dcfl", other, "avg_mean_acc")

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from clusterfed.seeds import interval
+
 from .figures import per_round
-from .page import provenance, table, verdict
-from .runner import ByKey, Experiment
+from .page import CLAIMS, pm, provenance, table
+from .runner import ByKey, Experiment, summary_value
 
 # --quick keeps the round where gradloss reaches purity 0.9 on the digits
 # (11); 8 at paper scale, where a round of the two takes ~10 s.
@@ -32,30 +34,45 @@ def section(by_key: ByKey, dataset: str, figures: Path) -> list[str]:
         "### Joint gradient–loss clustering (Lin et al.): rounds to purity 0.9",
         "",
         "The paper (Fig. 4a, MNIST, MLP, λ = 0.2): gradloss reaches purity 0.9 in"
-        " 99 % fewer iterations than IFCA. clusterfed (— means never within the run):",
+        " 99 % fewer iterations than IFCA. clusterfed: rounds to purity 0.9 over the"
+        " seeds that reach it (— when none does).",
         "",
     ]
+    reached = {
+        a: o.per_seed(a, summary_value("rounds_to_purity90")) for a in o.seed_summaries
+    }
     lines += table(
-        ["algorithm", "rounds to purity 0.9", "final purity", "final acc"],
+        [
+            "algorithm",
+            "rounds to purity 0.9",
+            "seeds that reach it",
+            "final purity",
+            "final acc",
+        ],
         [
             [
                 a,
-                o.summaries[a]["rounds_to_purity90"],
-                o.summaries[a]["purity_final"],
-                o.summaries[a]["final_mean_acc"],
+                pm(interval(list(reached[a].values())), 1),
+                f"{len(reached[a])} of {len(o.seeds)}",
+                pm(stats["purity_final"], 2),
+                pm(stats["final_mean_acc"]),
             ]
-            for a in o.summaries
+            for a, stats in o.statistics.items()
         ],
     )
-    ours = o.summaries["gradloss"]["rounds_to_purity90"]
-    ifca = o.summaries["ifca"]["rounds_to_purity90"]
+    # A seed where a run never reaches 0.9 has no number to difference, so
+    # the claim is counted seed by seed: gradloss first, IFCA later or never.
+    first = [
+        seed
+        for seed, rounds in reached["gradloss"].items()
+        if seed not in reached["ifca"] or rounds < reached["ifca"][seed]
+    ]
     lines += [
         "",
-        verdict(
-            ours is not None and (ifca is None or ours < ifca),
-            "gradloss reaches purity 0.9 before IFCA, as in the paper.",
-            "gradloss does NOT reach purity 0.9 before IFCA in this run.",
-        ),
+        CLAIMS,
+        "",
+        "- gradloss reaches purity 0.9 before IFCA (or IFCA never does), as in the"
+        f" paper: in {len(first)} of {len(o.seeds)} seeds.",
     ]
     fig = per_round(
         [("gradloss-fig2", o)],

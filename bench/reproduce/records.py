@@ -4,8 +4,9 @@ Runs live in `--out` on the machine that ran them, and a paper-scale page
 takes hours of runs: more than one sitting, and often more than one machine.
 `save` writes the part of an outcome the page is made of to
 `<records>/<dataset>/<key>.json.gz`: every seed's summary, every seed's rows
-cut down to the fields the sections read, and each client's accuracy in the
-first seed's rows (the figures'). `load` gives it back as an `Outcome`, so a
+cut down to the fields the sections read (and the row's mean client
+accuracy), and each client's accuracy in the first seed's rows (the
+figures'). `load` gives it back as an `Outcome`, so a
 page can be written from experiments run on other days, and it is the page
 the runs themselves give. Gzip: the per-client accuracies of a paper-scale
 page are megabytes of JSON.
@@ -20,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .runner import ROOT, Experiment, Outcome, make_outcome
+from .runner import ROOT, Experiment, Outcome, make_outcome, mean_acc
 
 # The row fields the sections and figures read (besides each client's id and
 # accuracy); everything else in rounds.jsonl stays with the runs.
@@ -94,6 +95,7 @@ def load(
 
 def _compact(row: dict[str, Any], clients: bool) -> dict[str, Any]:
     kept = {f: row[f] for f in ROW_FIELDS if f in row}
+    kept["mean_acc"] = mean_acc(row)
     if clients:
         kept["clients"] = [{"id": c["id"], "acc": c["acc"]} for c in row["clients"]]
     return kept

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,10 @@ from clusterfed.seeds import (
 
 # The repository root: the page names run folders relative to it.
 ROOT = Path(__file__).resolve().parents[2]
+
+Row = dict[str, Any]
+# A number read from one seed's run: (its summary, its rows) → value or None.
+SeedValue = Callable[[dict[str, Any], list[Row]], float | None]
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,52 @@ class Outcome:
         """`a` minus `b` on `metric`, seed by seed, with its interval."""
         by_seed = self.seed_summaries
         return interval(paired_differences(by_seed[a], by_seed[b], metric))
+
+    def per_seed(self, algorithm: str, value: SeedValue) -> dict[int, float]:
+        """`value` of each seed's run of `algorithm` (seed → value; a seed
+        where it is None is left out)."""
+        found = {}
+        for seed, summary in sorted(self.seed_summaries[algorithm].items()):
+            v = value(summary, self.seed_rows.get(algorithm, {}).get(seed, []))
+            if v is not None:
+                found[seed] = float(v)
+        return found
+
+
+def summary_value(metric: str) -> SeedValue:
+    """A seed's value of `metric` in its summary."""
+    return lambda summary, _: summary.get(metric)
+
+
+def mean_acc(row: Row) -> float | None:
+    """A row's mean client accuracy (recorded rows carry it as `mean_acc`)."""
+    if "mean_acc" in row:
+        return row["mean_acc"]  # type: ignore[no-any-return]
+    accs = [c["acc"] for c in row.get("clients", []) if c["acc"] is not None]
+    return sum(accs) / len(accs) if accs else None
+
+
+def best_mean_acc(_: dict[str, Any], rows: list[Row]) -> float | None:
+    """The best round's mean client accuracy (CAFA's Table V measure)."""
+    means = [m for m in map(mean_acc, rows) if m is not None]
+    return max(means) if means else None
+
+
+def first_round(field: str) -> SeedValue:
+    """A seed's value of `field` in its first row (OCFL's clustering round)."""
+    return lambda _, rows: rows[0].get(field) if rows else None
+
+
+def differences(a: Mapping[int, float], b: Mapping[int, float]) -> Interval:
+    """`a` minus `b` seed by seed (the seeds both have), with its interval;
+    across experiments the runs of the same seed number are paired."""
+    return interval([a[seed] - b[seed] for seed in sorted(a) if seed in b])
+
+
+def shifted(values: Mapping[int, float], threshold: float) -> Interval:
+    """The interval of `values` minus `threshold`: above 0 when the values
+    are above the threshold."""
+    return interval([v - threshold for v in values.values()])
 
 
 # What the paper sections look their runs up in: (dataset, experiment key).
