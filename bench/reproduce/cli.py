@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 
 from clusterfed.data.datasets import available
+from clusterfed.errors import ConfigError
+from clusterfed.seeds import parse_seeds
 
 from . import EXPERIMENTS, PAPERS, records
 from .page import write_page
@@ -18,6 +20,13 @@ from .runner import ROOT, run_all
 
 # The --help text the single-file script had (its docstring's first line).
 DESCRIPTION = "Reproduce every paper experiment and write docs/REPRODUCTION.md."
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        return parse_seeds(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def main() -> None:
@@ -28,7 +37,10 @@ def main() -> None:
     parser.add_argument("--out", default="runs/reproduce", help="folder of the runs")
     parser.add_argument("--page", default=str(ROOT / "docs" / "REPRODUCTION.md"))
     parser.add_argument(
-        "--only", nargs="*", default=[], help="experiment keys (prefixes)"
+        "--only",
+        nargs="*",
+        default=[],
+        help="experiment keys (a whole key picks that one alone; else a prefix)",
     )
     parser.add_argument(
         "--datasets",
@@ -38,10 +50,10 @@ def main() -> None:
     )
     parser.add_argument(
         "--seeds",
-        type=int,
+        type=_seeds,
         default=None,
-        help="seeds per experiment (default: 3 with fashion_mnist unless"
-        " --quick, else 1)",
+        help="a count (3: seeds 0, 1, 2) or the seeds (0,1) of every experiment"
+        " (default: 3 with fashion_mnist unless --quick, else 1)",
     )
     parser.add_argument(
         "--resume",
@@ -54,8 +66,9 @@ def main() -> None:
         "--records",
         default=None,
         help="folder of kept outcomes (see records.py): every experiment run"
-        " now is written there, and those kept there from other sittings or"
-        " machines join the page",
+        " now is written there, beside the seeds recorded earlier, and those"
+        " kept there from other sittings or machines join the page; with"
+        " --resume, seeds recorded there are not run again",
     )
     parser.add_argument(
         "--no-run",
@@ -71,7 +84,14 @@ def main() -> None:
         datasets = ["digits"]
     else:
         datasets = ["digits", "fashion_mnist"]
-    seeds = args.seeds or (3 if "fashion_mnist" in datasets and not args.quick else 1)
+    seeds = args.seeds or list(
+        range(3 if "fashion_mnist" in datasets and not args.quick else 1)
+    )
+    recorded = (
+        records.recorded(Path(args.records), args.quick)
+        if args.records and args.resume
+        else lambda dataset, key: set()
+    )
     start = time.perf_counter()
     outcomes = (
         []
@@ -84,6 +104,7 @@ def main() -> None:
             datasets,
             seeds,
             resume=args.resume,
+            recorded=recorded,
         )
     )
     elapsed = time.perf_counter() - start
@@ -91,12 +112,8 @@ def main() -> None:
         folder = Path(args.records)
         for outcome in outcomes:
             records.save(outcome, folder)
-        ran = {(o.dataset, o.experiment.key) for o in outcomes}
-        outcomes += [
-            o
-            for o in records.load(folder, EXPERIMENTS, datasets, args.quick)
-            if (o.dataset, o.experiment.key) not in ran
-        ]
+        # What ran joins its record's other seeds: the page shows the record.
+        outcomes = records.load(folder, EXPERIMENTS, datasets, args.quick)
     several_sittings = args.resume or args.records is not None
     write_page(
         outcomes,
@@ -106,6 +123,7 @@ def main() -> None:
         [paper.section for paper in PAPERS],
         resumed=several_sittings,
     )
+    Path(args.out).mkdir(parents=True, exist_ok=True)  # --no-run made none
     (Path(args.out) / "reproduce.json").write_text(
         json.dumps(
             {

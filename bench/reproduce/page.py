@@ -64,7 +64,7 @@ def provenance(*outcomes: Outcome) -> list[str]:
     lines = ["", "Run by:", ""]
     for o in outcomes:
         where = o.out.relative_to(ROOT) if o.out.is_relative_to(ROOT) else o.out
-        command = o.experiment.command(o.quick, o.dataset, len(o.seeds))
+        command = o.experiment.command(o.quick, o.dataset, o.seeds)
         seeds = ", ".join(map(str, o.seeds))
         lines.append(
             f"- `{command}` — seed{'s' * (len(o.seeds) > 1)} {seeds}, dataset"

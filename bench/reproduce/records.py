@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import shlex
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,26 +31,51 @@ SUFFIX = ".json.gz"
 
 
 def save(outcome: Outcome, records: Path) -> Path:
+    """Write `outcome` to its record. The seeds a record of the same
+    experiment and settings already holds, and `outcome` did not run, stay:
+    a long experiment can be run a few seeds a sitting, on any machine."""
     path = records / outcome.dataset / f"{outcome.experiment.key}{SUFFIX}"
     path.parent.mkdir(parents=True, exist_ok=True)
     out = outcome.out
+    summaries: dict[str, dict[int, Any]] = {}
+    rows: dict[str, dict[int, Any]] = {}
+    seconds = outcome.seconds
+    earlier = _read(path) if path.exists() else None
+    if earlier is not None and _settings(earlier) != _settings_of(outcome):
+        print(f"{path}: other settings than this run's; replaced", file=sys.stderr)
+    elif earlier is not None:
+        kept = set(_seeds(earlier)) - set(outcome.seeds)
+        for name, by_seed in _by_seed(earlier["summaries"]).items():
+            summaries[name] = {s: v for s, v in by_seed.items() if s in kept}
+        for name, by_seed in _by_seed(earlier["rows"]).items():
+            rows[name] = {s: v for s, v in by_seed.items() if s in kept}
+        # The seconds of the seeds kept: their runs' own wall time.
+        seconds += sum(
+            summary["wall_s"]
+            for by_seed in summaries.values()
+            for summary in by_seed.values()
+        )
+    for name, by_seed in outcome.seed_summaries.items():
+        summaries.setdefault(name, {}).update(by_seed)
+    for name, by_seed in outcome.seed_rows.items():
+        rows.setdefault(name, {}).update(
+            {seed: [_compact(r) for r in runs] for seed, runs in by_seed.items()}
+        )
+    seeds = sorted(next(iter(summaries.values())))
+    for by_seed in rows.values():  # each client's accuracy: the first seed's only
+        for seed, runs in by_seed.items():
+            if seed != min(seeds):
+                for r in runs:
+                    r.pop("clients", None)
     record = {
         "key": outcome.experiment.key,
         "dataset": outcome.dataset,
-        "command": outcome.experiment.command(
-            outcome.quick, outcome.dataset, len(outcome.seeds)
-        ),
+        "command": outcome.experiment.command(outcome.quick, outcome.dataset, seeds),
         "quick": outcome.quick,
-        "seconds": outcome.seconds,
+        "seconds": seconds,
         "out": str(out.relative_to(ROOT) if out.is_relative_to(ROOT) else out),
-        "summaries": outcome.seed_summaries,
-        "rows": {
-            name: {
-                seed: [_compact(r, seed == min(runs)) for r in rows]
-                for seed, rows in runs.items()
-            }
-            for name, runs in outcome.seed_rows.items()
-        },
+        "summaries": _sorted(summaries),
+        "rows": _sorted(rows),
     }
     # mtime=0: the same record gives the same bytes, so git sees no change.
     with gzip.GzipFile(path, "wb", mtime=0) as f:
@@ -70,7 +96,7 @@ def load(
     outcomes = []
     for dataset in datasets:
         for path in sorted((records / dataset).glob(f"*{SUFFIX}")):
-            record = json.loads(gzip.decompress(path.read_bytes()))
+            record = _read(path)
             experiment = known.get(record["key"])
             if experiment is None:
                 print(
@@ -93,10 +119,55 @@ def load(
     return outcomes
 
 
-def _compact(row: dict[str, Any], clients: bool) -> dict[str, Any]:
+def recorded(records: Path, quick: bool) -> Callable[[str, str], set[int]]:
+    """`(dataset, key)` → the seeds its record in `records` holds (made in
+    the same mode, --quick or not)."""
+
+    def seeds(dataset: str, key: str) -> set[int]:
+        path = records / dataset / f"{key}{SUFFIX}"
+        if not path.exists():
+            return set()
+        record = _read(path)
+        return set(_seeds(record)) if record["quick"] == quick else set()
+
+    return seeds
+
+
+def _read(path: Path) -> dict[str, Any]:
+    return json.loads(gzip.decompress(path.read_bytes()))  # type: ignore[no-any-return]
+
+
+def _seeds(record: dict[str, Any]) -> list[int]:
+    return sorted(int(s) for s in next(iter(record["summaries"].values())))
+
+
+def _settings(record: dict[str, Any]) -> tuple[Any, ...]:
+    # The command without its seeds: the same scenario, algorithms and sets.
+    return record["quick"], _without_seeds(record["command"])
+
+
+def _settings_of(outcome: Outcome) -> tuple[Any, ...]:
+    command = outcome.experiment.command(outcome.quick, outcome.dataset)
+    return outcome.quick, _without_seeds(command)
+
+
+def _without_seeds(command: str) -> str:
+    parts = shlex.split(command)
+    for option in ("--seeds", "--seed"):
+        if option in parts:
+            i = parts.index(option)
+            del parts[i : i + 2]
+    return shlex.join(parts)
+
+
+def _sorted(by_name: dict[str, dict[int, Any]]) -> dict[str, dict[int, Any]]:
+    return {name: dict(sorted(by_seed.items())) for name, by_seed in by_name.items()}
+
+
+def _compact(row: dict[str, Any]) -> dict[str, Any]:
     kept = {f: row[f] for f in ROW_FIELDS if f in row}
     kept["mean_acc"] = mean_acc(row)
-    if clients:
+    if "clients" in row:
         kept["clients"] = [{"id": c["id"], "acc": c["acc"]} for c in row["clients"]]
     return kept
 

@@ -57,7 +57,7 @@ class Experiment:
             return self.paper_quick_rounds
         return self.quick_rounds
 
-    def command(self, quick: bool, dataset: str, seeds: int = 1) -> str:
+    def command(self, quick: bool, dataset: str, seeds: Sequence[int] = (0,)) -> str:
         parts = [
             "clusterfed",
             "compare",
@@ -65,8 +65,7 @@ class Experiment:
             "--algorithms",
             ",".join(self.algorithms_for(quick)),
         ]
-        if seeds > 1:
-            parts += ["--seeds", str(seeds)]
+        parts += seeds_option(seeds)
         rounds = self.quick_rounds_for(dataset)
         if quick and rounds is not None:
             parts += ["--rounds", str(rounds)]
@@ -118,6 +117,20 @@ class Outcome:
         return found
 
 
+def seeds_option(seeds: Sequence[int]) -> list[str]:
+    """The `clusterfed compare` option that runs `seeds`: none for seed 0
+    alone, `--seeds 3` for 0, 1, 2, `--seeds 1,2` for a list, `--seed 2`
+    for one other seed (a single number after --seeds is a count)."""
+    seeds = sorted(seeds)
+    if seeds == [0]:
+        return []
+    if seeds == list(range(len(seeds))):
+        return ["--seeds", str(len(seeds))]
+    if len(seeds) == 1:
+        return ["--seed", str(seeds[0])]
+    return ["--seeds", ",".join(map(str, seeds))]
+
+
 def summary_value(metric: str) -> SeedValue:
     """A seed's value of `metric` in its summary."""
     return lambda summary, _: summary.get(metric)
@@ -164,20 +177,27 @@ def run_all(
     out: Path,
     only: Sequence[str],
     datasets: Sequence[str],
-    seeds: int = 1,
+    seeds: Sequence[int] = (0,),
     resume: bool = False,
+    recorded: Callable[[str, str], set[int]] = lambda dataset, key: set(),
 ) -> list[Outcome]:
     """Every experiment's comparison into `out/<dataset>/<key>/`; with
     `resume`, runs that finished there with the same settings are kept (see
-    `compare`) and an experiment's seconds are its runs' own wall time."""
+    `compare`) and an experiment's seconds are its runs' own wall time.
+    `recorded(dataset, key)`: the seeds of an experiment kept elsewhere (see
+    records.py), not run again; an experiment with all of them is skipped."""
     outcomes = []
+    keys = {exp.key for exp in experiments}
     for dataset in datasets:
         for exp in experiments:
-            if only and not any(exp.key.startswith(o) for o in only):
+            if only and not selected(exp.key, only, keys):
                 continue
             if quick and exp.quick_rounds_for(dataset) is None:
                 continue
             if exp.paper_scale_only and exp.scenario_for(dataset) == exp.scenario:
+                continue
+            todo = [s for s in seeds if s not in recorded(dataset, exp.key)]
+            if not todo:
                 continue
             folder = out / dataset / exp.key
             start = time.perf_counter()
@@ -189,7 +209,8 @@ def run_all(
                 resume=resume,
                 rounds=exp.quick_rounds_for(dataset) if quick else None,
                 overrides=exp.overrides(dataset),
-                seeds=seeds if seeds > 1 else None,
+                # Seed 0 alone is a one-seed comparison, as `--seeds 1` is.
+                seeds=None if list(seeds) == [0] else todo,
             )
             seconds = time.perf_counter() - start
             if resume:  # the runs kept took their time in an earlier sitting
@@ -201,6 +222,13 @@ def run_all(
             outcomes.append(_outcome(exp, dataset, seconds, result, folder, quick))
             print(f"{dataset:<14} {exp.key:<22} {seconds:7.1f} s", flush=True)
     return outcomes
+
+
+def selected(key: str, only: Sequence[str], keys: set[str]) -> bool:
+    """Whether `--only` picks the experiment `key`: an entry that names an
+    experiment picks that one alone (`dcfl-table1`, not `dcfl-table1-nodp`
+    too), any other entry is a prefix (`dcfl` picks every DCFL experiment)."""
+    return any(key == o if o in keys else key.startswith(o) for o in only)
 
 
 def _outcome(
