@@ -123,21 +123,21 @@ def main() -> None:
         [paper.section for paper in PAPERS],
         resumed=several_sittings,
     )
-    Path(args.out).mkdir(parents=True, exist_ok=True)  # --no-run made none
-    (Path(args.out) / "reproduce.json").write_text(
-        json.dumps(
-            {
-                f"{o.dataset}/{o.experiment.key}": {
-                    "seeds": list(o.seeds),
-                    "summaries": o.seed_summaries,
-                    "statistics": {
-                        name: {m: i.as_json() for m, i in stats.items()}
-                        for name, stats in o.statistics.items()
-                    },
-                }
-                for o in outcomes
-            },
-            indent=2,
+    if not args.no_run:  # reproduce.json goes beside the runs
+        (Path(args.out) / "reproduce.json").write_text(
+            json.dumps(
+                {
+                    f"{o.dataset}/{o.experiment.key}": {
+                        "seeds": list(o.seeds),
+                        "summaries": o.seed_summaries,
+                        "statistics": {
+                            name: {m: i.as_json() for m, i in stats.items()}
+                            for name, stats in o.statistics.items()
+                        },
+                    }
+                    for o in outcomes
+                },
+                indent=2,
+            )
         )
-    )
     print(f"wrote {args.page} in {time.perf_counter() - start:.0f} s")

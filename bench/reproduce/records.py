@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import shlex
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -34,14 +35,16 @@ def save(outcome: Outcome, records: Path) -> Path:
     """Write `outcome` to its record. The seeds a record of the same
     experiment and settings already holds, and `outcome` did not run, stay:
     a long experiment can be run a few seeds a sitting, on any machine."""
-    path = records / outcome.dataset / f"{outcome.experiment.key}{SUFFIX}"
+    path = _path(records, outcome.dataset, outcome.experiment.key, outcome.quick)
     path.parent.mkdir(parents=True, exist_ok=True)
     out = outcome.out
     summaries: dict[str, dict[int, Any]] = {}
     rows: dict[str, dict[int, Any]] = {}
     seconds = outcome.seconds
     earlier = _read(path) if path.exists() else None
-    if earlier is not None and _settings(earlier) != _settings_of(outcome):
+    if earlier is not None and _settings(earlier) != _settings_of_run(
+        outcome.experiment, outcome.dataset, outcome.quick
+    ):
         print(f"{path}: other settings than this run's; replaced", file=sys.stderr)
     elif earlier is not None:
         kept = set(_seeds(earlier)) - set(outcome.seeds)
@@ -49,19 +52,17 @@ def save(outcome: Outcome, records: Path) -> Path:
             summaries[name] = {s: v for s, v in by_seed.items() if s in kept}
         for name, by_seed in _by_seed(earlier["rows"]).items():
             rows[name] = {s: v for s, v in by_seed.items() if s in kept}
-        # The seconds of the seeds kept: their runs' own wall time.
-        seconds += sum(
-            summary["wall_s"]
-            for by_seed in summaries.values()
-            for summary in by_seed.values()
-        )
     for name, by_seed in outcome.seed_summaries.items():
         summaries.setdefault(name, {}).update(by_seed)
+    if set(_seeds_of(summaries)) != set(outcome.seeds):
+        # Seeds of several sittings: their runs' own wall time, summed
+        # exactly, so that the order the seeds came in leaves no trace.
+        seconds = wall_seconds(summaries)
     for name, by_seed in outcome.seed_rows.items():
         rows.setdefault(name, {}).update(
             {seed: [_compact(r) for r in runs] for seed, runs in by_seed.items()}
         )
-    seeds = sorted(next(iter(summaries.values())))
+    seeds = _seeds_of(summaries)
     for by_seed in rows.values():  # each client's accuracy: the first seed's only
         for seed, runs in by_seed.items():
             if seed != min(seeds):
@@ -119,18 +120,32 @@ def load(
     return outcomes
 
 
-def recorded(records: Path, quick: bool) -> Callable[[str, str], set[int]]:
-    """`(dataset, key)` → the seeds its record in `records` holds (made in
-    the same mode, --quick or not)."""
+def recorded(records: Path, quick: bool) -> Callable[[str, Experiment], set[int]]:
+    """`(dataset, experiment)` → the seeds its record in `records` holds,
+    made in the same mode (--quick or not) with the same settings; none
+    for a record of other settings, which the next `save` replaces."""
 
-    def seeds(dataset: str, key: str) -> set[int]:
-        path = records / dataset / f"{key}{SUFFIX}"
+    def seeds(dataset: str, experiment: Experiment) -> set[int]:
+        path = _path(records, dataset, experiment.key, quick)
         if not path.exists():
             return set()
         record = _read(path)
-        return set(_seeds(record)) if record["quick"] == quick else set()
+        same = _settings(record) == _settings_of_run(experiment, dataset, quick)
+        return set(_seeds(record)) if same else set()
 
     return seeds
+
+
+def wall_seconds(summaries: dict[str, dict[int, Any]]) -> float:
+    """The runs' own wall time, summed exactly (any order, the same float)."""
+    return math.fsum(
+        s["wall_s"] for by_seed in summaries.values() for s in by_seed.values()
+    )
+
+
+def _path(records: Path, dataset: str, key: str, quick: bool) -> Path:
+    # --quick's records beside the full ones, never in their place.
+    return records / dataset / f"{key}{'-quick' if quick else ''}{SUFFIX}"
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -141,14 +156,19 @@ def _seeds(record: dict[str, Any]) -> list[int]:
     return sorted(int(s) for s in next(iter(record["summaries"].values())))
 
 
+def _seeds_of(summaries: dict[str, dict[int, Any]]) -> list[int]:
+    return sorted(next(iter(summaries.values())))
+
+
 def _settings(record: dict[str, Any]) -> tuple[Any, ...]:
     # The command without its seeds: the same scenario, algorithms and sets.
     return record["quick"], _without_seeds(record["command"])
 
 
-def _settings_of(outcome: Outcome) -> tuple[Any, ...]:
-    command = outcome.experiment.command(outcome.quick, outcome.dataset)
-    return outcome.quick, _without_seeds(command)
+def _settings_of_run(
+    experiment: Experiment, dataset: str, quick: bool
+) -> tuple[Any, ...]:
+    return quick, _without_seeds(experiment.command(quick, dataset))
 
 
 def _without_seeds(command: str) -> str:

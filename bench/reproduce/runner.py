@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -179,12 +180,12 @@ def run_all(
     datasets: Sequence[str],
     seeds: Sequence[int] = (0,),
     resume: bool = False,
-    recorded: Callable[[str, str], set[int]] = lambda dataset, key: set(),
+    recorded: Callable[[str, Experiment], set[int]] = lambda dataset, exp: set(),
 ) -> list[Outcome]:
     """Every experiment's comparison into `out/<dataset>/<key>/`; with
     `resume`, runs that finished there with the same settings are kept (see
     `compare`) and an experiment's seconds are its runs' own wall time.
-    `recorded(dataset, key)`: the seeds of an experiment kept elsewhere (see
+    `recorded(dataset, experiment)`: the seeds of an experiment kept elsewhere (see
     records.py), not run again; an experiment with all of them is skipped."""
     outcomes = []
     keys = {exp.key for exp in experiments}
@@ -196,7 +197,8 @@ def run_all(
                 continue
             if exp.paper_scale_only and exp.scenario_for(dataset) == exp.scenario:
                 continue
-            todo = [s for s in seeds if s not in recorded(dataset, exp.key)]
+            kept = recorded(dataset, exp)
+            todo = [s for s in seeds if s not in kept]
             if not todo:
                 continue
             folder = out / dataset / exp.key
@@ -209,12 +211,12 @@ def run_all(
                 resume=resume,
                 rounds=exp.quick_rounds_for(dataset) if quick else None,
                 overrides=exp.overrides(dataset),
-                # Seed 0 alone is a one-seed comparison, as `--seeds 1` is.
+                # Seed 0 alone is a one-seed comparison (no --seeds in its command).
                 seeds=None if list(seeds) == [0] else todo,
             )
             seconds = time.perf_counter() - start
             if resume:  # the runs kept took their time in an earlier sitting
-                seconds = sum(
+                seconds = math.fsum(
                     r.summary["wall_s"]
                     for runs in result.by_seed.values()
                     for r in runs.values()
