@@ -90,7 +90,7 @@ def main() -> None:
     recorded = (
         records.recorded(Path(args.records), args.quick)
         if args.records and args.resume
-        else lambda dataset, key: set()
+        else lambda dataset, experiment: set()
     )
     start = time.perf_counter()
     outcomes = (
