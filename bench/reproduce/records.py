@@ -3,13 +3,14 @@
 Runs live in `--out` on the machine that ran them, and a paper-scale page
 takes hours of runs: more than one sitting, and often more than one machine.
 `save` writes the part of an outcome the page is made of to
-`<records>/<dataset>/<key>.json.gz`: every seed's summary, every seed's rows
-cut down to the fields the sections read (and the row's mean client
-accuracy), and each client's accuracy in the first seed's rows (the
-figures'). `load` gives it back as an `Outcome`, so a
-page can be written from experiments run on other days, and it is the page
-the runs themselves give. Gzip: the per-client accuracies of a paper-scale
-page are megabytes of JSON.
+`<records>/<dataset>/<key>.json.gz` (`<key>-quick.json.gz` for --quick):
+every seed's summary, every seed's rows cut down to the fields the sections
+read (and the row's mean client accuracy), and each client's accuracy in the
+first seed's rows (the figures'). A record grows seed by seed: the seeds of
+a later sitting join those already there. `load` gives it back as an
+`Outcome`, so a page can be written from experiments run on other days, and
+it is the page the runs themselves give. Gzip: the per-client accuracies of
+a paper-scale page are megabytes of JSON.
 """
 
 from __future__ import annotations
