@@ -90,7 +90,7 @@ def main() -> None:
     recorded = (
         records.recorded(Path(args.records), args.quick)
         if args.records and args.resume
-        else lambda dataset, experiment: set()
+        else None
     )
     start = time.perf_counter()
     outcomes = (

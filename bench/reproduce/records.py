@@ -17,14 +17,20 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 import shlex
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .runner import ROOT, Experiment, Outcome, make_outcome, mean_acc
+from .runner import (
+    ROOT,
+    Experiment,
+    Outcome,
+    make_outcome,
+    mean_acc,
+    wall_seconds,
+)
 
 # The row fields the sections and figures read (besides each client's id and
 # accuracy); everything else in rounds.jsonl stays with the runs.
@@ -137,13 +143,6 @@ def recorded(records: Path, quick: bool) -> Callable[[str, Experiment], set[int]
     return seeds
 
 
-def wall_seconds(summaries: dict[str, dict[int, Any]]) -> float:
-    """The runs' own wall time, summed exactly (any order, the same float)."""
-    return math.fsum(
-        s["wall_s"] for by_seed in summaries.values() for s in by_seed.values()
-    )
-
-
 def _path(records: Path, dataset: str, key: str, quick: bool) -> Path:
     # --quick's records beside the full ones, never in their place.
     return records / dataset / f"{key}{'-quick' if quick else ''}{SUFFIX}"
@@ -154,7 +153,7 @@ def _read(path: Path) -> dict[str, Any]:
 
 
 def _seeds(record: dict[str, Any]) -> list[int]:
-    return sorted(int(s) for s in next(iter(record["summaries"].values())))
+    return _seeds_of(_by_seed(record["summaries"]))
 
 
 def _seeds_of(summaries: dict[str, dict[int, Any]]) -> list[int]:

@@ -180,7 +180,7 @@ def run_all(
     datasets: Sequence[str],
     seeds: Sequence[int] = (0,),
     resume: bool = False,
-    recorded: Callable[[str, Experiment], set[int]] = lambda dataset, exp: set(),
+    recorded: Callable[[str, Experiment], set[int]] | None = None,
 ) -> list[Outcome]:
     """Every experiment's comparison into `out/<dataset>/<key>/`; with
     `resume`, runs that finished there with the same settings are kept (see
@@ -197,7 +197,7 @@ def run_all(
                 continue
             if exp.paper_scale_only and exp.scenario_for(dataset) == exp.scenario:
                 continue
-            kept = recorded(dataset, exp)
+            kept = recorded(dataset, exp) if recorded else set()
             todo = [s for s in seeds if s not in kept]
             if not todo:
                 continue
@@ -216,14 +216,17 @@ def run_all(
             )
             seconds = time.perf_counter() - start
             if resume:  # the runs kept took their time in an earlier sitting
-                seconds = math.fsum(
-                    r.summary["wall_s"]
-                    for runs in result.by_seed.values()
-                    for r in runs.values()
-                )
+                seconds = wall_seconds(result.seed_summaries)
             outcomes.append(_outcome(exp, dataset, seconds, result, folder, quick))
             print(f"{dataset:<14} {exp.key:<22} {seconds:7.1f} s", flush=True)
     return outcomes
+
+
+def wall_seconds(seed_summaries: Mapping[str, Mapping[int, Any]]) -> float:
+    """The runs' own wall time, summed exactly (any order, the same float)."""
+    return math.fsum(
+        s["wall_s"] for by_seed in seed_summaries.values() for s in by_seed.values()
+    )
 
 
 def selected(key: str, only: Sequence[str], keys: set[str]) -> bool:
