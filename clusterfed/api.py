@@ -13,6 +13,7 @@ from clusterfed.actors.runtimes import Runtime, local_runtime
 from clusterfed.actors.trace import TRACE_MODES
 from clusterfed.errors import ConfigError
 from clusterfed.scenarios import Scenario, load_scenario, validate, with_overrides
+from clusterfed.scenarios.spec import check_workers
 
 from .checkpoint import Checkpoint, read_checkpoint
 from .federation import Federation, OnRound, RunResult, canonical, drive
@@ -75,8 +76,9 @@ def run(
 
     Raises:
         ScenarioError: the scenario or an override is invalid (nothing has run).
-        ConfigError: an unknown runtime, checkpoint_every below 1, or `out`
-            is not empty and `overwrite` is off (nothing has run).
+        ConfigError: an unknown runtime, workers outside 1..256,
+            checkpoint_every below 1, or `out` is not empty and `overwrite`
+            is off (nothing has run).
         RunInterrupted: Ctrl-C (SIGINT); the rounds that finished are in the
             folder with their summary.json and plots.
     """
@@ -198,6 +200,7 @@ def make_runtime(
     if not isinstance(runtime, str):
         return runtime
     if runtime == "local":
+        check_workers(workers)
         return local_runtime(workers)
     if runtime == "ray":
         from clusterfed.actors.runtimes.ray import RayRuntime

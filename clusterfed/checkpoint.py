@@ -18,24 +18,46 @@ The file is written to a temporary name, flushed to disk, then renamed over
 the last one (`os.replace`), so a run killed at any moment leaves the
 previous checkpoint or the new one, never half of one.
 
-The checkpoint is pickled. It is the project's own file, written and read by
-clusterfed on the user's machine, never a wire format (messages between
-actors go through the msgpack codec, which never unpickles). Unpickling runs
-code: resume only folders you trust, as you would run only scripts you trust.
+The file is one header line, `clusterfed-checkpoint <format> sha256 <hex>`,
+then the pickled `Checkpoint`. The SHA-256 digest covers every byte of the
+pickle and is compared before anything is unpickled, so a file damaged after
+it was written (a flipped bit, a truncated copy, a sync gone wrong) is
+refused instead of resuming a run from a state it never had. It protects
+against corruption, not against a forger: whoever can edit the file can
+write a matching digest, and a pickle is code. Then, before a run resumes,
+the checkpoint must agree with its folder: rounds done = the rows it counts
+in rounds.jsonl (and those rows are rounds 0, 1, …) = the server's round + 1,
+fewer than the scenario's rounds, and every cluster model finite and no
+larger than a trained model gets (`MAX_WEIGHT`).
+
+The checkpoint is the project's own file, written and read by clusterfed on
+the user's machine, never a wire format (messages between actors go through
+the msgpack codec, which never unpickles). Unpickling runs code: resume only
+folders you trust, as you would run only scripts you trust.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import pickle
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
+
+import numpy as np
 
 from clusterfed.errors import ConfigError
 
 CHECKPOINT = "checkpoint.pkl"
-FORMAT = 2  # bumped when the layout changes; an older checkpoint is refused
+FORMAT = 3  # bumped when the layout changes; an older checkpoint is refused
+MAGIC = b"clusterfed-checkpoint"
+# Inputs live in [0, 1] and runs train with small learning rates: trained
+# weights stay within a few units. A weight past a million is damage (or a
+# run that diverged), and resuming it only turns every evaluation into NaN.
+MAX_WEIGHT = 1e6
 
 
 @dataclass(frozen=True)
@@ -51,12 +73,19 @@ class Checkpoint:
     format: int = FORMAT
 
 
+def _header(payload: bytes) -> bytes:
+    digest = hashlib.sha256(payload).hexdigest()
+    return MAGIC + f" {FORMAT} sha256 {digest}\n".encode("ascii")
+
+
 def write_checkpoint(out: Path, checkpoint: Checkpoint) -> Path:
     """Write `checkpoint` into folder `out` atomically; return its path."""
     path = out / CHECKPOINT
     tmp = path.with_suffix(".pkl.tmp")
+    payload = pickle.dumps(checkpoint, protocol=pickle.HIGHEST_PROTOCOL)
     with tmp.open("wb") as stream:
-        pickle.dump(checkpoint, stream, protocol=pickle.HIGHEST_PROTOCOL)
+        stream.write(_header(payload))
+        stream.write(payload)
         stream.flush()
         os.fsync(stream.fileno())
     os.replace(tmp, path)
@@ -64,24 +93,157 @@ def write_checkpoint(out: Path, checkpoint: Checkpoint) -> Path:
 
 
 def read_checkpoint(out: Path) -> Checkpoint:
-    """The last checkpoint in folder `out`.
+    """The last checkpoint in folder `out`, intact and consistent with the
+    folder's rounds.jsonl.
 
     Raises:
-        ConfigError: there is none, or it is not one this version can read.
+        ConfigError: there is none, it is not one this version can read, its
+            bytes are not the ones written (checksum), or it disagrees with
+            itself or with rounds.jsonl; the message names the problem.
     """
-    path = Path(out) / CHECKPOINT
+    folder = Path(out)
+    path = folder / CHECKPOINT
     if not path.is_file():
         raise ConfigError(
             f"{out}: no {CHECKPOINT} to resume from"
             " (run with --checkpoint-every N to write checkpoints)"
         )
+    checkpoint = _unpickle(path, _intact_payload(path))
+    problem = inconsistency(checkpoint, folder)
+    if problem is not None:
+        raise ConfigError(f"{path}: checkpoint refused: {problem}")
+    return checkpoint
+
+
+def _intact_payload(path: Path) -> bytes:
+    """The pickle in `path`, once its header and digest say it is the one
+    written."""
     try:
-        with path.open("rb") as stream:
-            checkpoint = pickle.load(stream)
-    except Exception as exc:  # a damaged or foreign file
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: not a readable checkpoint: {exc}") from exc
+    header, newline, payload = data.partition(b"\n")
+    if not newline or not header.startswith(MAGIC + b" "):
+        raise ConfigError(
+            f"{path}: not a checkpoint of this clusterfed (format {FORMAT})"
+        )
+    if header != _header(payload).rstrip(b"\n"):
+        found = header.split(b" ")[1:2]
+        if found != [str(FORMAT).encode()]:
+            raise ConfigError(
+                f"{path}: not a checkpoint of this clusterfed (format {FORMAT})"
+            )
+        raise ConfigError(
+            f"{path}: checksum mismatch: the file changed after it was written"
+            " (damaged); it is not resumed"
+        )
+    return payload
+
+
+def _unpickle(path: Path, payload: bytes) -> Checkpoint:
+    try:
+        checkpoint = pickle.loads(payload)
+    except Exception as exc:  # a file of another version, whatever it raises
         raise ConfigError(f"{path}: not a readable checkpoint: {exc}") from exc
     if not isinstance(checkpoint, Checkpoint) or checkpoint.format != FORMAT:
         raise ConfigError(
             f"{path}: not a checkpoint of this clusterfed (format {FORMAT})"
         )
     return checkpoint
+
+
+def inconsistency(checkpoint: Checkpoint, folder: Path) -> str | None:
+    """Why `checkpoint` cannot go on in `folder`, or None.
+
+    Checked before anything in the folder changes: the rounds it counts agree
+    with each other and with rounds.jsonl, and its models are finite and of a
+    trained model's size. The server state's types and shapes are checked
+    again when the server takes it back (`check_snapshot`).
+    """
+    done = checkpoint.rounds_done
+    planned = (
+        checkpoint.scenario.get("rounds")
+        if isinstance(checkpoint.scenario, Mapping)
+        else None
+    )
+    if not _count(done) or done < 1:
+        return f"rounds_done is {done!r}, expected a count of at least 1"
+    if _count(planned) and done >= planned:
+        return (
+            f"rounds_done is {done}, but the scenario runs {planned} rounds"
+            " and a checkpoint is written before the last"
+        )
+    server = checkpoint.server if isinstance(checkpoint.server, Mapping) else {}
+    server_round = server.get("round")
+    if server_round != done - 1:
+        return (
+            f"rounds_done is {done}, but the server's last round is"
+            f" {server_round!r} (expected {done - 1})"
+        )
+    recorder = checkpoint.recorder if isinstance(checkpoint.recorder, Mapping) else {}
+    if recorder.get("n_rows") != done:
+        return (
+            f"rounds_done is {done}, but the recorder counts"
+            f" {recorder.get('n_rows')!r} rows"
+        )
+    problem = _rows_problem(folder / "rounds.jsonl", recorder.get("rounds_bytes"), done)
+    if problem is not None:
+        return problem
+    return _models_problem(server.get("state"))
+
+
+def _rows_problem(rounds: Path, size: object, done: int) -> str | None:
+    """Why the first `size` bytes of rounds.jsonl are not rounds 0..done-1."""
+    if not _count(size):
+        return f"the recorder's rounds_bytes is {size!r}, expected a byte count"
+    try:
+        with rounds.open("rb") as stream:
+            head = stream.read(size)
+    except OSError as exc:
+        return f"{rounds.name} cannot be read: {exc}"
+    if len(head) < size:
+        return (
+            f"{rounds.name} holds {len(head)} bytes, the checkpoint counts {size}:"
+            " rounds it holds are gone"
+        )
+    lines = head.splitlines()
+    if len(lines) != done or (head and not head.endswith(b"\n")):
+        return (
+            f"rounds_done is {done}, but the first {size} bytes of"
+            f" {rounds.name} hold {len(lines)} rows"
+        )
+    for index, line in enumerate(lines):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            return f"row {index} of {rounds.name} is not JSON"
+        found = row.get("round") if isinstance(row, dict) else None
+        if found != index:
+            return f"row {index} of {rounds.name} is round {found!r}, expected {index}"
+    return None
+
+
+def _models_problem(state: object) -> str | None:
+    """Why the cluster models cannot be trained on: NaN, Inf or a weight past
+    `MAX_WEIGHT`. Models that are no float vectors are left to the server's
+    own check, which names them."""
+    models = getattr(state, "models", None)
+    if not isinstance(models, Mapping):
+        return None
+    for cluster, model in models.items():
+        if not isinstance(model, np.ndarray) or model.size == 0:
+            continue
+        if not np.isfinite(model).all():
+            return f"cluster {cluster}'s model holds NaN or Inf"
+        largest = float(np.abs(model).max())
+        if largest > MAX_WEIGHT:
+            return (
+                f"cluster {cluster}'s model holds a weight of {largest:.3g},"
+                f" beyond ±{MAX_WEIGHT:g}: no trained model gets there"
+                " (the file was edited, or the run diverged)"
+            )
+    return None
+
+
+def _count(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

@@ -90,7 +90,7 @@ def _run(args: argparse.Namespace) -> int:
         clients=args.clients,
         seed=args.seed,
         overrides=_overrides(args),
-        workers=args.workers,
+        workers=_workers(args.workers),
         ray_address=args.ray_address,
         clients_per_host=args.clients_per_host,
         progress=_progress(args),
@@ -160,7 +160,7 @@ def _resume(args: argparse.Namespace) -> int:
     result = resume(
         args.folder,
         runtime=args.runtime,
-        workers=args.workers,
+        workers=_workers(args.workers),
         ray_address=args.ray_address,
         clients_per_host=args.clients_per_host,
         progress=_progress(args),
@@ -169,20 +169,36 @@ def _resume(args: argparse.Namespace) -> int:
     return 0
 
 
+def _workers(workers: int | None) -> int | None:
+    """`--workers`, refused outside its bounds before anything runs (and
+    before resume touches the folder)."""
+    from clusterfed.scenarios.spec import check_workers
+
+    check_workers(workers)
+    return workers
+
+
 def _report(result: RunResult) -> None:
     s = result.summary
     test = s.get("global_acc_final")
     on_test = f", global model on the test split {test:.4f}" if test is not None else ""
+    # A run whose every evaluation failed (timed out, or a model gone to
+    # NaN) still finished: its accuracy is unknown, not an error.
     print(
         f"{s['scenario']} · {s['algorithm']}: {s['rounds']} rounds,"
-        f" final mean accuracy {s['final_mean_acc']:.4f} ± {s['final_std_acc']:.4f}"
+        f" final mean accuracy {_number(s['final_mean_acc'], '.4f')}"
+        f" ± {_number(s['final_std_acc'], '.4f')}"
         f"{on_test}, clusters {s['n_clusters_final']}, late {s['late_updates']},"
         f" failed {s['failed_updates']}, rejected {s['rejected_messages']},"
-        f" {s['wall_s']:.1f} s"
+        f" {_number(s['wall_s'], '.1f')} s"
     )
     print(f"results: {result.out}")
     if (result.out.parent / "latest").resolve() == result.out.resolve():
         print(f"         {result.out.parent / 'latest'}")
+
+
+def _number(value: float | None, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -199,7 +215,7 @@ def _compare(args: argparse.Namespace) -> int:
         seeds=None if args.seeds is None else parse_seeds(args.seeds),
         overrides=_overrides(args),
         runtime=args.runtime,
-        workers=args.workers,
+        workers=_workers(args.workers),
         ray_address=args.ray_address,
         clients_per_host=args.clients_per_host,
         progress=_progress(args),

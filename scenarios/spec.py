@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
+import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from clusterfed.actors import DeviceProfile
@@ -21,6 +22,7 @@ from clusterfed.algorithms import algorithms, make
 from clusterfed.algorithms.registry import resolve
 from clusterfed.algorithms.robust import Aggregator, Mean, parse_aggregator
 from clusterfed.errors import ConfigError
+from clusterfed.models import build_model, n_parameters
 from clusterfed.protocol import TrainConfig
 
 from .events import Event, Join, Target
@@ -139,6 +141,64 @@ DATASET_SIZES = {
     "emnist": 112800,
     "cifar10": 50000,
 }
+
+
+# Input shape and classes of each known dataset, to size a model before any
+# data is loaded.
+DATASET_SHAPES: dict[str, tuple[tuple[int, ...], int]] = {
+    "digits": ((1, 8, 8), 10),
+    "fashion_mnist": ((1, 28, 28), 10),
+    "mnist": ((1, 28, 28), 10),
+    "emnist": ((1, 28, 28), 47),
+    "cifar10": ((3, 32, 32), 10),
+}
+
+# The largest model a scenario may ask for. The papers' largest (the CNN on
+# 28×28 inputs) has 1.2 M parameters; 50 M float32 weights are 200 MB a copy,
+# and the server keeps one per cluster and every client its own, so a model
+# past this bound does not run on a laptop or a cluster node, it only hangs
+# while its weights are drawn.
+MAX_MODEL_PARAMETERS = 50_000_000
+
+# Worker processes of the local runtime: each holds its clients' data and a
+# torch runtime (about 100 MB), so more than this is no machine's core count.
+MAX_WORKERS = 256
+
+
+def check_workers(workers: int | None) -> None:
+    """Refuse a worker count outside 1..`MAX_WORKERS` (None: one per core).
+
+    Raises:
+        ConfigError: naming the count.
+    """
+    if workers is None:
+        return
+    if (
+        isinstance(workers, bool)
+        or not isinstance(workers, int)
+        or not 1 <= workers <= MAX_WORKERS
+    ):
+        raise ConfigError(
+            f"workers must be between 1 and {MAX_WORKERS}, got {workers!r}"
+        )
+
+
+def model_parameters(
+    model: ModelSpec, input_shape: tuple[int, ...], n_classes: int
+) -> int | None:
+    """How many parameters `model` has on inputs of `input_shape`, or None
+    when it cannot be built (building the plan then refuses it, with the
+    family's own message).
+
+    Built on torch's meta device: shapes only, no memory and no time, however
+    large the model asks to be.
+    """
+    with torch.device("meta"):
+        try:
+            net = build_model(model.name, input_shape, n_classes, **model.params)
+        except Exception:  # whatever a family raises, plan_run reports it
+            return None
+    return n_parameters(net)
 
 
 class DatasetSpec(_Spec):
@@ -400,6 +460,22 @@ class Scenario(_Spec):
             f"partition: {total} clients{joiners} × {each} samples each"
             f" = {total * each} samples, but {self.dataset.name} has {size};"
             f" lower {knobs} (at most {size // each} clients of {each})"
+        )
+
+    @model_validator(mode="after")
+    def _model_fits(self) -> Scenario:
+        known = DATASET_SHAPES.get(self.dataset.name)
+        if known is None:  # an unknown dataset is refused when data loads
+            return self
+        shape, n_classes = known
+        count = model_parameters(self.model, shape, n_classes)
+        if count is None or count <= MAX_MODEL_PARAMETERS:
+            return self
+        params = "".join(f", {k}={v}" for k, v in self.model.params.items())
+        raise ValueError(
+            f"model ({self.model.name}{params}) has {count:,} parameters on"
+            f" {self.dataset.name} ({count * 4 / 1e9:.1f} GB a copy), above the"
+            f" bound of {MAX_MODEL_PARAMETERS:,}; make it smaller"
         )
 
     @model_validator(mode="after")

@@ -7,6 +7,8 @@ import dataclasses
 import json
 import math
 import os
+import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,7 +23,14 @@ import pytest
 import clusterfed
 from clusterfed.actors.validation import check_snapshot
 from clusterfed.algorithms import ClientInfo, ServerState
-from clusterfed.checkpoint import CHECKPOINT, read_checkpoint
+from clusterfed.checkpoint import (
+    CHECKPOINT,
+    FORMAT,
+    MAGIC,
+    Checkpoint,
+    read_checkpoint,
+    write_checkpoint,
+)
 from clusterfed.cli import main
 from clusterfed.errors import ConfigError
 from clusterfed.scenarios import Crash, Drift, Join, RotationTransform, load_scenario
@@ -229,6 +238,164 @@ def test_the_resume_command_exits_2_without_a_checkpoint(
     assert main(["resume", str(tmp_path)]) == 2
     assert "no run to resume" in capsys.readouterr().err
     assert main(["run", "quickstart", "--checkpoint-every", "0"]) == 2
+
+
+# -- damaged and edited checkpoints (issue 33) -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Any]]:
+    """A run of 5 rounds with its checkpoint after round 3, its summary gone as
+    if it had been stopped there; and the rows of the whole run."""
+    out = tmp_path_factory.mktemp("stopped")
+    whole = clusterfed.run(
+        small_scenario(rounds=5), out=out, workers=1, checkpoint_every=3
+    )
+    assert read_checkpoint(out).rounds_done == 3
+    (out / "summary.json").unlink()
+    return out, whole.rows
+
+
+def _copy(stopped: tuple[Path, list[Any]], to: Path) -> Path:
+    shutil.copytree(stopped[0], to)
+    return to
+
+
+def _refused(out: Path, match: str) -> str:
+    """Resume `out`, which must be refused naming `match` in one line, with
+    rounds.jsonl untouched; return the reason."""
+    before = (out / "rounds.jsonl").read_bytes()
+    with pytest.raises(ConfigError, match=match) as refusal:
+        clusterfed.resume(out, workers=1)
+    assert "\n" not in str(refusal.value)
+    assert (out / "rounds.jsonl").read_bytes() == before
+    return str(refusal.value)
+
+
+def test_twenty_random_bit_flips_are_each_refused_or_resume_to_the_same_rounds(
+    stopped: tuple[Path, list[Any]], tmp_path: Path
+) -> None:
+    pristine = (stopped[0] / CHECKPOINT).read_bytes()
+    bits = np.random.default_rng(33).choice(len(pristine) * 8, 20, replace=False)
+    refused = 0
+    for i, bit in enumerate(bits.tolist()):
+        out = _copy(stopped, tmp_path / f"flip{i}")
+        damaged = bytearray(pristine)
+        damaged[bit // 8] ^= 1 << (bit % 8)
+        (out / CHECKPOINT).write_bytes(bytes(damaged))
+        before = (out / "rounds.jsonl").read_bytes()
+        try:
+            resumed = clusterfed.resume(out, workers=1)
+        except ConfigError as exc:
+            refused += 1
+            assert "checksum mismatch" in str(exc) or "not a checkpoint" in str(exc)
+            assert (out / "rounds.jsonl").read_bytes() == before
+        else:
+            assert without_wall_time(resumed.rows) == without_wall_time(stopped[1])
+    # The digest covers every byte, the header is compared exactly: no flip
+    # gets through, not even one in the digest's own letters.
+    assert refused == len(bits)
+
+
+@pytest.mark.parametrize(
+    ("rounds_done", "reason"),
+    [
+        (1, "rounds_done is 1, but the server's last round is 2"),
+        (4, "rounds_done is 4, but the server's last round is 2"),
+        (9, "rounds_done is 9, but the scenario runs 5 rounds"),
+    ],
+    ids=["down", "up", "past-the-end"],
+)
+def test_an_edited_rounds_done_is_refused_before_rounds_jsonl_changes(
+    stopped: tuple[Path, list[Any]], tmp_path: Path, rounds_done: int, reason: str
+) -> None:
+    out = _copy(stopped, tmp_path / "edited")
+    # Rewritten through write_checkpoint: the checksum holds, the content lies.
+    edited = dataclasses.replace(read_checkpoint(out), rounds_done=rounds_done)
+    write_checkpoint(out, edited)
+    _refused(out, reason)
+
+
+def test_a_recorder_that_disagrees_with_rounds_jsonl_is_refused(
+    stopped: tuple[Path, list[Any]], tmp_path: Path
+) -> None:
+    out = _copy(stopped, tmp_path / "edited")
+    checkpoint = read_checkpoint(out)
+    # Every count edited to agree, but rounds.jsonl holds 3 rows, not 2.
+    recorder = {**checkpoint.recorder, "n_rows": 2}
+    server = {**checkpoint.server, "round": 1}
+    write_checkpoint(
+        out,
+        dataclasses.replace(
+            checkpoint, rounds_done=2, recorder=recorder, server=server
+        ),
+    )
+    _refused(out, "hold 3 rows")
+
+
+def test_a_sign_flipped_model_in_the_file_is_refused_by_the_checksum(
+    stopped: tuple[Path, list[Any]], tmp_path: Path
+) -> None:
+    out = _copy(stopped, tmp_path / "flipped")
+    model = read_checkpoint(out).server["state"].models[0]
+    data = (out / CHECKPOINT).read_bytes()
+    assert data.count(model.tobytes()) == 1
+    (out / CHECKPOINT).write_bytes(data.replace(model.tobytes(), (-model).tobytes()))
+    _refused(out, "checksum mismatch")
+
+
+def test_a_model_scaled_by_1e30_is_refused_naming_the_weight(
+    stopped: tuple[Path, list[Any]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = _copy(stopped, tmp_path / "huge")
+    checkpoint = read_checkpoint(out)
+    state = checkpoint.server["state"]
+    huge = {c: m * np.float32(1e30) for c, m in state.models.items()}
+    # finite weights and a finite norm: the server's own check lets it pass
+    assert (
+        check_snapshot(
+            {**checkpoint.server, "state": state.replace(models=huge)},
+            type(state),
+            state.models[0].size,
+        )
+        is None
+    )
+    server = {**checkpoint.server, "state": state.replace(models=huge)}
+    write_checkpoint(out, dataclasses.replace(checkpoint, server=server))
+    _refused(out, r"cluster 0's model holds a weight of .*e\+29, beyond ±1e\+06")
+    assert main(["resume", str(out), "--workers", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "beyond ±1e+06" in err
+
+
+_UNPICKLED: list[str] = []
+
+
+def _mark_unpickled() -> Checkpoint:
+    _UNPICKLED.append("unpickled")
+    raise AssertionError("a damaged checkpoint was unpickled")
+
+
+class _Tripwire:
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        return _mark_unpickled, ()
+
+
+@pytest.mark.parametrize("with_header", [False, True], ids=["bare", "bad-digest"])
+def test_a_damaged_checkpoint_is_refused_before_it_is_unpickled(
+    stopped: tuple[Path, list[Any]], tmp_path: Path, with_header: bool
+) -> None:
+    out = _copy(stopped, tmp_path / "tripwire")
+    # bare: a pickle with no header, as format 2 wrote; bad-digest: this
+    # format's header over bytes it does not describe
+    header = f" {FORMAT} sha256 {'0' * 64}\n".encode() if with_header else b""
+    (out / CHECKPOINT).write_bytes(
+        (MAGIC + header if with_header else b"") + pickle.dumps(_Tripwire())
+    )
+    _refused(out, "not a checkpoint of this clusterfed|checksum mismatch")
+    assert _UNPICKLED == []
 
 
 def test_a_rebuilt_timeline_hands_out_what_the_old_one_would_have() -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from clusterfed.cli import main
+from clusterfed.scenarios import load_scenario, with_overrides
 
 
 def test_list_shows_scenarios_algorithms_datasets_models(
@@ -65,3 +66,76 @@ def test_dp_epsilon_is_a_shorthand_for_the_dp_section(tmp_path: Path) -> None:
     # the clients train in the one round they planned for: the budget is
     # spent to Opacus' tolerance (0.01), neither passed nor left unused
     assert 3.0 - 0.01 <= summary["epsilon_max"] <= 3.0
+
+
+# -- bounds and reports without a traceback (issue 33) ----------------------------
+
+
+@pytest.mark.parametrize("workers", ["-5", "0", "100000"])
+@pytest.mark.parametrize("command", ["run", "resume"])
+def test_workers_out_of_bounds_exit_2_naming_workers_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, workers: str
+) -> None:
+    out = tmp_path / "out"
+    args = (
+        ["run", "quickstart", "--out", str(out)]
+        if command == "run"
+        else [
+            "resume",
+            str(out),
+        ]
+    )
+    assert main([*args, "--workers", workers, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err == f"clusterfed: error: workers must be between 1 and 256, got {workers}\n"
+    )
+    assert not out.exists()
+
+
+def test_a_model_past_the_size_bound_exits_2_naming_model_without_building_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    args = ["run", "quickstart", "--set", "model.hidden=[10000000]", "--out", str(out)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert (
+        "model (mlp, hidden=[10000000]) has 750,000,010 parameters on digits"
+        " (3.0 GB a copy), above the bound of 50,000,000"
+    ) in err
+    assert not out.exists()
+    # 45 M parameters are inside the bound (validated, not built here)
+    with_overrides(load_scenario("quickstart"), ["model.hidden=[600000]"])
+
+
+UNKNOWN_ACCURACY = """\
+name = "flipped"
+clients = 4
+rounds = 1
+
+[model]
+name = "mlp"
+hidden = [16]
+
+[[faulty]]
+clients = [0, 1, 2, 3]
+behaviour = "sign_flip"
+scale = 1e30
+"""
+
+
+def test_a_run_with_no_final_accuracy_reports_n_a_and_exits_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Every update × −1e30: the model overflows and no evaluation has an
+    # accuracy, but the run finished.
+    scenario = tmp_path / "flipped.toml"
+    scenario.write_text(UNKNOWN_ACCURACY)
+    out = tmp_path / "out"
+    args = ["run", str(scenario), "--out", str(out), "--workers", "1", "--quiet"]
+    assert main(args) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["final_mean_acc"] is None and summary["final_std_acc"] is None
+    assert "final mean accuracy n/a ± n/a" in capsys.readouterr().out
