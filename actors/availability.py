@@ -138,14 +138,28 @@ def read_trace(path: Path) -> list[OnlineWindow]:
         where = f"path {str(path)!r} line {number}"
         if number == 1 and tuple(cells) == TRACE_COLUMNS:
             continue
+        # The path may name any file (a scenario from anyone): what is wrong
+        # is named, never the line itself.
         if len(cells) != 3:
             raise ValueError(
-                f"{where}: expected {','.join(TRACE_COLUMNS)}, got {','.join(cells)!r}"
+                f"{where}: expected 3 columns ({','.join(TRACE_COLUMNS)}),"
+                f" got {len(cells)}"
             )
         try:
-            client, start, end = int(cells[0]), float(cells[1]), float(cells[2])
+            client = int(cells[0])
         except ValueError as exc:
-            raise ValueError(f"{where}: {exc}") from exc
+            raise ValueError(
+                f"{where}: could not convert client to an integer"
+            ) from exc
+        times = []
+        for column, cell in zip(TRACE_COLUMNS[1:], cells[1:], strict=True):
+            try:
+                times.append(float(cell))
+            except ValueError as exc:
+                raise ValueError(
+                    f"{where}: could not convert {column} to a number"
+                ) from exc
+        start, end = times
         if client < 0:
             raise ValueError(f"{where}: client {client} is not an id (>= 0)")
         if not 0 <= start < math.inf:

@@ -18,10 +18,18 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Literal
+from typing import Annotated, Any, BinaryIO, Literal
 
-from clusterfed.protocol import PROTOCOL_VERSION, ProtocolError
-from clusterfed.protocol.codec import pack_record, to_json_form, unpack_records
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, with_config
+from typing_extensions import TypedDict  # pydantic needs it before Python 3.12
+
+from clusterfed.protocol import PROTOCOL_VERSION, ProtocolError, describe
+from clusterfed.protocol.codec import (
+    MAX_PROBLEMS,
+    pack_record,
+    read_records,
+    to_json_form,
+)
 
 from .runtimes import Runtime
 from .spec import ClientSpec
@@ -33,27 +41,46 @@ Role = Literal["request", "reply", "inbound", "answer"]
 """A server request through the runtime, the client's reply to it, a message
 the client sent on its own (join, leave), the server's answer to that."""
 
+# A trace may come from anyone (a folder sent with a bug report): every field
+# is checked for its type, none coerced, no key unknown.
+_Count = Annotated[int, Field(strict=True, ge=0)]
+_Time = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+_Id = Annotated[str, Field(strict=True, max_length=128)]
+
 
 @dataclass(frozen=True)
 class TraceRecord:
     """One message of a trace (see the module docstring)."""
 
+    __pydantic_config__ = ConfigDict(extra="forbid")
+
     dir: Literal["down", "up"]
-    client: int
-    round: int
-    sim: float
-    wall: float
-    size: int
-    kind: str | None
-    msg_id: str | None
-    in_reply_to: str | None
-    data: bytes | None = None
-    outcome: str | None = None  # "no reply" or the runtime's error, for "up"
+    client: _Count
+    round: Annotated[int, Field(strict=True, ge=-1)]
+    sim: _Time
+    wall: _Time
+    size: _Count
+    kind: _Id | None
+    msg_id: _Id | None
+    in_reply_to: _Id | None
+    data: Annotated[bytes, Field(strict=True)] | None = None
+    # For "up": "no reply", or the runtime's error.
+    outcome: Annotated[str, Field(strict=True)] | None = None
     role: Role = "request"
 
-    @classmethod
-    def of(cls, raw: Mapping[str, Any]) -> TraceRecord:
-        return cls(**{k: v for k, v in raw.items() if k != "type"})
+
+@with_config(ConfigDict(extra="forbid"))
+class TraceHeader(TypedDict):
+    """The first record of a trace."""
+
+    type: Literal["header"]
+    protocol_version: Annotated[int, Field(strict=True)]
+    nonce: _Id
+    mode: TraceMode
+
+
+_RECORD = TypeAdapter(TraceRecord)
+_HEADER = TypeAdapter(TraceHeader)
 
 
 class TraceWriter:
@@ -145,17 +172,38 @@ def _head(data: bytes) -> dict[str, Any]:
     }
 
 
-def read_trace(folder: Path) -> tuple[dict[str, Any], list[TraceRecord]]:
-    """The header and the message records of the trace in `folder`.
+def read_trace(folder: Path) -> tuple[TraceHeader, list[TraceRecord]]:
+    """The header and the message records of the trace in `folder`, each
+    read through the bounded decoder and checked field by field.
 
     Raises:
         FileNotFoundError: the folder holds no trace.
-        ValueError: the file is not a trace.
+        ProtocolError: the file is not a trace, or a record is malformed (a
+            one-line reason naming the record and the field).
     """
-    raw = unpack_records((Path(folder) / TRACE_FILE).read_bytes())
-    if not raw or raw[0].get("type") != "header":
-        raise ValueError(f"{folder / TRACE_FILE}: not a clusterfed trace")
-    return raw[0], [TraceRecord.of(r) for r in raw[1:]]
+    path = Path(folder) / TRACE_FILE
+    with path.open("rb") as stream:
+        records = read_records(stream)
+        first = next(records, None)
+        if first is None or first.get("type") != "header":
+            raise ProtocolError(f"{path}: not a clusterfed trace (no header)")
+        header = _checked(_HEADER, first, path, 0)
+        found = []
+        for number, raw in enumerate(records, start=1):
+            if raw.pop("type", None) != "message":
+                raise ProtocolError(f"{path}: record {number}: not a message")
+            found.append(_checked(_RECORD, raw, path, number))
+    return header, found
+
+
+def _checked(
+    adapter: TypeAdapter[Any], raw: dict[str, Any], path: Path, at: int
+) -> Any:
+    try:
+        return adapter.validate_python(raw)
+    except ValidationError as exc:
+        reason = describe(exc, max_problems=MAX_PROBLEMS)
+        raise ProtocolError(f"{path}: record {at}: {reason}") from exc
 
 
 class TracingRuntime:

@@ -11,6 +11,10 @@ needs no change to clusterfed (docs/writing-a-strategy.md):
   group `clusterfed.algorithms` (`fedmedian = "mystrategies:FedMedian"`);
 - a `Strategy` subclass with a `name`, defined in a `.py` scenario script,
   is known by that name once the script is loaded.
+
+Inside `no_local_code()` (a replay of a folder someone else wrote), a
+`package.module:Class` name imports only what is importable without the
+current folder: an installed module or one on `PYTHONPATH`.
 """
 
 from __future__ import annotations
@@ -22,9 +26,13 @@ import os
 import pkgutil
 import sys
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import cache
+from importlib.machinery import ModuleSpec, PathFinder
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any, TypeVar
 
 from clusterfed.errors import ConfigError
@@ -120,9 +128,12 @@ def _import_class(spec: str) -> type[Strategy[Any]]:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise ConfigError(f"algorithm {spec!r}: expected package.module:Class")
+    untrusted = _UNTRUSTED.get()
+    if untrusted is not None:
+        _refuse_local(spec, module_name.partition(".")[0], untrusted)
     # As `python -m` does: a module in the current folder is found, also from
     # the `clusterfed` script (whose sys.path starts at its own folder).
-    if os.getcwd() not in sys.path and "" not in sys.path:
+    elif os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.append(os.getcwd())
     try:
         module = importlib.import_module(module_name)
@@ -144,6 +155,61 @@ def _import_class(spec: str) -> type[Strategy[Any]]:
                 f"algorithm {spec!r}: module {module_name} has no {part!r}{hint}"
             )
     return _strategy_class(found, spec)
+
+
+# The folders whose code a `module:Class` name may not import, while a
+# `no_local_code()` block runs; None outside any (the current folder is fine).
+_UNTRUSTED: ContextVar[tuple[Path, ...] | None] = ContextVar(
+    "clusterfed_untrusted_folders", default=None
+)
+
+
+@contextmanager
+def no_local_code(*folders: Path) -> Iterator[None]:
+    """Inside, a `package.module:Class` algorithm is imported only from what
+    is importable without the current folder and `folders`; a module found
+    only there, or there first, is refused (`ConfigError`) before any of its
+    code runs. A module imported before is taken as it is."""
+    token = _UNTRUSTED.set(tuple(Path(f).resolve() for f in (Path(), *folders)))
+    try:
+        yield
+    finally:
+        _UNTRUSTED.reset(token)
+
+
+def _refuse_local(spec: str, top: str, untrusted: tuple[Path, ...]) -> None:
+    if top in sys.modules:
+        return
+    # Where the import would find the top-level module, and where it finds it
+    # on the trusted part of sys.path: locating runs none of its code.
+    trusted = [p for p in sys.path if Path(p or ".").resolve() not in untrusted]
+    found, safe = _find(top, sys.path), _find(top, trusted)
+    if found is None:
+        return  # the import itself says it is not there
+    if safe is None or (found.origin, found.submodule_search_locations) != (
+        safe.origin,
+        safe.submodule_search_locations,
+    ):
+        raise ConfigError(
+            f"algorithm {spec!r}: {top!r} is not installed, and code from the"
+            " current folder or the one being read is not run untrusted (--trust)"
+        )
+
+
+def _find(name: str, path: list[str]) -> ModuleSpec | None:
+    """The spec `import name` would use were sys.path `path`."""
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        if find is None:
+            continue
+        spec = (
+            PathFinder.find_spec(name, path)
+            if finder is PathFinder
+            else find(name, None)
+        )
+        if spec is not None:
+            return spec
+    return None
 
 
 def _strategy_class(found: Any, where: str) -> type[Strategy[Any]]:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from clusterfed import __version__
 from clusterfed.errors import ClusterfedError, ConfigError, ScenarioWarning
+from clusterfed.protocol.codec import printable
 
 if TYPE_CHECKING:
     from clusterfed.api import RunResult
@@ -26,7 +27,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.command(args) or 0)
     except ClusterfedError as exc:
-        print(f"clusterfed: error: {exc}", file=sys.stderr)
+        # Errors may quote files from anyone (a trace, a config): no raw
+        # terminal escapes reach the terminal.
+        lines = map(printable, str(exc).splitlines())
+        print("clusterfed: error: " + "\n".join(lines), file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
         # A run says where its finished rounds are (RunInterrupted).
@@ -124,7 +128,7 @@ def _trace(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace) -> int:
     from clusterfed.replay import replay
 
-    found = replay(args.folder)
+    found = replay(args.folder, trust=args.trust)
     print(f"replayed {len(found.rows)} rounds, {found.requests} requests")
     if found.same:
         print("the same requests and the same rounds.jsonl (but wall time)")
@@ -316,6 +320,12 @@ def _parser() -> argparse.ArgumentParser:
         " difference (exit 1)",
     )
     again_from.add_argument("folder", help="a results folder of a run with --trace")
+    again_from.add_argument(
+        "--trust",
+        action="store_true",
+        help="let a package.module:Class algorithm be imported from the current"
+        " folder (by default only an installed one: the folder may be anyone's)",
+    )
     again_from.set_defaults(command=_replay)
 
     schema = sub.add_parser("schema", help="the protocol's JSON Schema (draft 2020-12)")

@@ -7,6 +7,10 @@ runtime failure happens again). The rows the replay writes are compared with
 the recorded rounds.jsonl. The first differing request is reported by round,
 client, kind and field, so a server or algorithm change that alters behaviour
 shows where it first does.
+
+A folder to replay may come from anyone: its trace is read through the wire's
+bounded decoder, and its `package.module:Class` algorithm is imported only if
+installed, never from the folder or the current one, unless `trust`.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import asyncio
 import json
 from collections import defaultdict, deque
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from tempfile import TemporaryDirectory
@@ -22,9 +27,10 @@ from typing import Any
 
 from clusterfed.actors import ClientSpec
 from clusterfed.actors.trace import TraceRecord, read_trace
+from clusterfed.algorithms.registry import no_local_code
 from clusterfed.errors import ConfigError
 from clusterfed.protocol import ProtocolError
-from clusterfed.protocol.codec import to_json_form
+from clusterfed.protocol.codec import printable, to_json_form
 from clusterfed.scenarios import validate
 
 from .diff import differences, first_difference
@@ -40,7 +46,9 @@ class Difference:
     replayed: Any
 
     def __str__(self) -> str:
-        return f"{self.where}: recorded {self.recorded!r}, replayed {self.replayed!r}"
+        return printable(
+            f"{self.where}: recorded {self.recorded!r}, replayed {self.replayed!r}"
+        )
 
 
 @dataclass
@@ -85,12 +93,14 @@ class ReplayRuntime:
     async def start(self) -> None: ...
 
     async def add(self, specs: Sequence[ClientSpec]) -> list[bytes]:
-        return [self._joins[s.id].popleft() for s in specs]
+        return [
+            _next(self._joins[s.id], f"join request of client {s.id}") for s in specs
+        ]
 
     async def update(self, spec: ClientSpec) -> None: ...
 
     async def remove(self, client: int, reason: str) -> bytes:
-        return self._leaves[client].popleft()
+        return _next(self._leaves[client], f"leave of client {client}")
 
     async def request(self, client: int, data: bytes) -> bytes | None:
         self.report.requests += 1
@@ -105,16 +115,22 @@ class ReplayRuntime:
             where = (
                 f"round {recorded.round}, client {client}, {recorded.kind or 'message'}"
             )
-            was_form = to_json_form(recorded.data, digests=True)
-            now_form = to_json_form(data, digests=True)
-            for path, was, now in differences(was_form, now_form):
-                self._differ(f"{where}{path}", was, now)
-                break
+            try:
+                was_form = to_json_form(recorded.data, digests=True)
+            except ProtocolError as exc:
+                self._differ(where, f"no message ({exc})", "a message")
+            else:
+                now_form = to_json_form(data, digests=True)
+                for path, was, now in differences(was_form, now_form):
+                    self._differ(f"{where}{path}", was, now)
+                    break
         if reply is None or reply.outcome == "no reply":
             raise TimeoutError  # the courier reports it as the recorded timeout
         if reply.outcome is not None:
             name, _, message = reply.outcome.partition(": ")
-            raise type(name, (Exception,), {})(message)
+            # The recorded error again, under its recorded name when it is one.
+            named = name if name.isidentifier() else "RecordedError"
+            raise type(named, (Exception,), {})(message)
         return reply.data
 
     async def states(self) -> dict[int, Any]:
@@ -131,11 +147,16 @@ class ReplayRuntime:
             self.report.request_difference = Difference(where, recorded, replayed)
 
 
-def replay(folder: str | Path) -> ReplayReport:
+def replay(folder: str | Path, *, trust: bool = False) -> ReplayReport:
     """Replay the traced run in `folder` (see the module docstring).
 
+    With `trust`, a `package.module:Class` algorithm may be imported from the
+    current folder, as `run` does; without, only an installed one.
+
     Raises:
-        ConfigError: the folder holds no full trace or no run configuration.
+        ConfigError: the folder holds no full trace (or a malformed record,
+            named) or no run configuration, or its algorithm is not
+            installed (without `trust`).
     """
     folder = Path(folder)
     try:
@@ -147,10 +168,25 @@ def replay(folder: str | Path) -> ReplayReport:
         ]
     except (OSError, ValueError, ProtocolError) as exc:
         raise ConfigError(f"{folder}: nothing to replay: {exc}") from exc
-    if header.get("mode") != "full":
+    if header["mode"] != "full":
         raise ConfigError(
             f"{folder}: the trace holds headers only; replay needs --trace (full)"
         )
+    if not isinstance(config, dict) or not isinstance(config.get("scenario"), dict):
+        raise ConfigError(f"{folder / 'config.json'}: no scenario object in it")
+    if not all(isinstance(row, dict) for row in recorded_rows):
+        raise ConfigError(f"{folder / 'rounds.jsonl'}: a line is not a JSON object")
+    with nullcontext() if trust else no_local_code(folder):
+        return _replay(folder, header["nonce"], records, config, recorded_rows)
+
+
+def _replay(
+    folder: Path,
+    nonce: str,
+    records: Sequence[TraceRecord],
+    config: dict[str, Any],
+    recorded_rows: list[dict[str, Any]],
+) -> ReplayReport:
     scenario = validate(config["scenario"], source=str(folder / "config.json"))
     scenario = scenario.model_copy(update={"rounds": len(recorded_rows)})
     report = ReplayReport()
@@ -161,13 +197,19 @@ def replay(folder: str | Path) -> ReplayReport:
             Path(tmp),
             config={"scenario": config["scenario"], "replay_of": str(folder)},
         )
-        federation.server.courier.nonce = str(header["nonce"])
+        federation.server.courier.nonce = nonce
         result = asyncio.run(drive(federation))
     report.rows = result.rows
     found = first_difference(_timeless(recorded_rows), _timeless(result.rows))
     if found is not None:
         report.row_difference = Difference(*found)
     return report
+
+
+def _next(recorded: deque[bytes], what: str) -> bytes:
+    if not recorded:
+        raise ConfigError(f"replay: the trace holds no (further) {what}")
+    return recorded.popleft()
 
 
 def _timeless(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -12,9 +12,9 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
-from clusterfed.actors.trace import TraceRecord, read_trace
+from clusterfed.actors.trace import TraceHeader, TraceRecord, read_trace
+from clusterfed.protocol.codec import printable
 
 
 def select(
@@ -52,8 +52,10 @@ def as_json(records: Iterable[TraceRecord]) -> str:
     )
 
 
-def as_text(header: dict[str, Any], records: Sequence[TraceRecord]) -> str:
-    """Per round, each client's exchanges: `kind size → kind size`."""
+def as_text(header: TraceHeader, records: Sequence[TraceRecord]) -> str:
+    """Per round, each client's exchanges: `kind size → kind size`; what the
+    trace's writer chose (kinds, errors) is escaped, never sent raw to a
+    terminal."""
     lines = [
         f"trace of protocol version {header.get('protocol_version')},"
         f" {header.get('mode')} mode, {len(records)} messages"
@@ -65,12 +67,12 @@ def as_text(header: dict[str, Any], records: Sequence[TraceRecord]) -> str:
         lines_of = by_round.setdefault(r.round, {}).setdefault(r.client, [])
         total = totals.setdefault(r.round, [0, 0])
         total[0 if r.dir == "down" else 1] += r.size
-        shown = f"{r.kind or 'undecodable'} {_size(r.size)}"
+        shown = f"{printable(r.kind or 'undecodable')} {_size(r.size)}"
         if r.role in ("request", "inbound"):
             pending[r.client] = shown
             lines_of.append(shown)
         else:
-            answer = r.outcome if r.outcome is not None else shown
+            answer = printable(r.outcome) if r.outcome is not None else shown
             start = pending.pop(r.client, "?")
             if lines_of and lines_of[-1] == start:
                 lines_of[-1] = f"{start} → {answer}"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any, get_args
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, BinaryIO, get_args
 
 import msgpack
 import numpy as np
@@ -35,6 +35,16 @@ MAX_REASON = 300
 """The longest refusal reason: one line, whatever was wrong and how often."""
 MAX_PROBLEMS = 3
 """The validation problems a refusal names; the rest are counted."""
+MAX_OBJECTS = 2 * MAX_ITEMS
+"""The most objects (maps, arrays, keys, strings, numbers, tensors) one message
+may hold: room for the longest array msgpack builds and all around it, so that
+a field's own limit names a field too long. Beyond its own bytes (strings,
+tensors), a message then costs at most this many small Python objects, about
+20 MB, however it nests."""
+MAX_RECORD_BYTES = MAX_MESSAGE_BYTES + MAX_TEXT_BYTES
+"""The longest frame of a record stream: one message and its trace fields."""
+MAX_RECORD_OBJECTS = 64
+"""The most objects of one record (a trace record has a dozen keys)."""
 
 
 def _item_limits() -> dict[str, dict[str, int]]:
@@ -126,27 +136,7 @@ def decode(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES) -> Envelope:
         raise ProtocolError(
             f"size: message of {len(data)} bytes is over the limit of {max_bytes}"
         )
-    try:
-        # The limits bound what msgpack builds, not only the bytes it reads: a
-        # megabyte of one-byte empty maps would otherwise become a million
-        # objects, and a million validation errors.
-        raw = msgpack.unpackb(
-            data,
-            ext_hook=_ext_hook,
-            raw=False,
-            max_array_len=MAX_ITEMS,
-            max_map_len=MAX_KEYS,
-            max_str_len=MAX_TEXT_BYTES,
-            max_bin_len=MAX_TEXT_BYTES,
-            max_ext_len=max_bytes,
-        )
-    except ProtocolError:
-        raise
-    except Exception as exc:  # msgpack raises several unrelated types
-        detail = str(exc) or type(exc).__name__  # some carry no text
-        raise ProtocolError(
-            one_line(f"truncated or malformed message: {detail}")
-        ) from exc
+    raw = _unpack(data, _ext_hook, max_bytes=max_bytes)
     if not isinstance(raw, dict):
         raise ProtocolError(f"expected a map at the top, got {type(raw).__name__}")
     version = raw.get("protocol_version")
@@ -164,6 +154,121 @@ def decode(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES) -> Envelope:
         raise ProtocolError(describe(exc, max_problems=MAX_PROBLEMS)) from exc
     except Exception as exc:
         raise ProtocolError(one_line(f"invalid message: {exc}")) from exc
+
+
+def _unpack(
+    data: bytes,
+    ext_hook: Callable[[int, bytes], Any],
+    *,
+    max_bytes: int,
+    most: int = MAX_OBJECTS,
+    max_text: int = MAX_TEXT_BYTES,
+) -> Any:
+    """`data` unpacked by msgpack within the limits; `ProtocolError` otherwise.
+
+    The limits bound what msgpack builds, not only the bytes it reads: a
+    megabyte of one-byte empty maps would otherwise become a million objects,
+    and a million validation errors. msgpack bounds each array, map and
+    string; `_count_objects` bounds them all together, before any is built.
+    """
+    try:
+        _count_objects(data, most)
+        return msgpack.unpackb(
+            data,
+            ext_hook=ext_hook,
+            raw=False,
+            max_array_len=MAX_ITEMS,
+            max_map_len=MAX_KEYS,
+            max_str_len=max_text,
+            max_bin_len=max_text,
+            max_ext_len=max_bytes,
+        )
+    except ProtocolError:
+        raise
+    except Exception as exc:  # msgpack raises several unrelated types
+        detail = str(exc) or type(exc).__name__  # some carry no text
+        raise ProtocolError(
+            one_line(f"truncated or malformed message: {detail}")
+        ) from exc
+
+
+def _shapes() -> tuple[tuple[int, int, int] | None, ...]:
+    """First byte → (items per count, width of a big-endian count, count),
+    the msgpack format read once so that the scan is one lookup per object.
+    Items per count: 1 for an array, 2 for a map, 0 for the rest, whose count
+    is bytes to skip (for str, bin and ext: the extra bytes after the count).
+    `None` is the one byte that starts nothing."""
+    table: list[tuple[int, int, int] | None] = []
+    for byte in range(256):
+        if byte <= 0x7F or byte >= 0xE0 or byte in (0xC0, 0xC2, 0xC3):
+            table.append((0, 0, 0))  # fixint, nil, false, true
+        elif byte <= 0x8F:
+            table.append((2, 0, byte & 0x0F))  # fixmap
+        elif byte <= 0x9F:
+            table.append((1, 0, byte & 0x0F))  # fixarray
+        elif byte <= 0xBF:
+            table.append((0, 0, byte & 0x1F))  # fixstr
+        elif byte == 0xC1:
+            table.append(None)
+        elif byte <= 0xC6:
+            table.append((0, 1 << (byte - 0xC4), 0))  # bin 8/16/32
+        elif byte <= 0xC9:
+            table.append((0, 1 << (byte - 0xC7), 1))  # ext 8/16/32, then type
+        elif byte <= 0xD3:  # float 32/64, uint and int 8..64
+            table.append((0, 0, (4, 8, 1, 2, 4, 8, 1, 2, 4, 8)[byte - 0xCA]))
+        elif byte <= 0xD8:
+            table.append((0, 0, 1 + (1 << (byte - 0xD4))))  # fixext, type first
+        elif byte <= 0xDB:
+            table.append((0, 1 << (byte - 0xD9), 0))  # str 8/16/32
+        elif byte <= 0xDD:
+            table.append((1, 2 << (byte - 0xDC), 0))  # array 16/32
+        else:
+            table.append((2, 2 << (byte - 0xDE), 0))  # map 16/32
+    return tuple(table)
+
+
+_SHAPES = _shapes()
+
+
+def _count_objects(data: bytes, most: int) -> None:
+    """Refuse `data` if it holds more than `most` objects, or declares more
+    items than its bytes can hold, reading headers only.
+
+    msgpack allocates an array's slots when it reads the header and builds
+    every item it reads before it can tell the whole is too big; this scan
+    tells first. It stops at a container msgpack's own limits refuse, so that
+    msgpack names it.
+    """
+    size, pos, pending, count = len(data), 0, 1, 0
+    while pending:
+        if pending > size - pos:  # every object takes at least one byte
+            raise ProtocolError(
+                f"truncated or malformed message: {pending} objects still to"
+                f" come at byte {pos}, more than the {size - pos} bytes left hold"
+            )
+        shape = _SHAPES[data[pos]]
+        if shape is None:
+            raise ProtocolError(
+                f"truncated or malformed message: byte 0xc1 at {pos} is no object"
+            )
+        count += 1
+        if count > most:
+            raise ProtocolError(f"size: more than {most} objects in one message")
+        per, width, n = shape
+        pos += 1 + width
+        if width:
+            n += int.from_bytes(data[pos - width : pos], "big")
+        if per:
+            if n > (MAX_ITEMS if per == 1 else MAX_KEYS):
+                return
+            pending += per * n
+        else:
+            pos += n
+        pending -= 1
+    if pos > size:
+        raise ProtocolError(
+            f"truncated or malformed message: its last object ends past byte {size}"
+        )
 
 
 def _check_items(payload: Any) -> None:
@@ -210,6 +315,15 @@ def one_line(text: str, limit: int = MAX_REASON) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+def printable(text: str) -> str:
+    """`text` safe to print: each character that is not printable (a terminal
+    escape, a newline) written as a Python repr writes it (`\\x1b`, `\\n`),
+    so the reader sees what was there and the terminal obeys none of it."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def to_json_form(data: bytes, *, digests: bool = False) -> Any:
     """An encoded message as plain JSON values, each tensor shown by
     `tensor.json_form` (what the published schema describes); with
@@ -225,12 +339,7 @@ def to_json_form(data: bytes, *, digests: bool = False) -> Any:
             form["sha256"] = hashlib.sha256(payload).hexdigest()
         return form
 
-    try:
-        return msgpack.unpackb(data, ext_hook=hook, raw=False)
-    except ProtocolError:
-        raise
-    except Exception as exc:
-        raise ProtocolError(one_line(f"truncated or malformed message: {exc}")) from exc
+    return _unpack(data, hook, max_bytes=MAX_MESSAGE_BYTES)
 
 
 def pack_record(record: Mapping[str, Any]) -> bytes:
@@ -240,15 +349,41 @@ def pack_record(record: Mapping[str, Any]) -> bytes:
     return len(body).to_bytes(4, "little") + body
 
 
-def unpack_records(data: bytes) -> list[dict[str, Any]]:
-    """The records of a stream written with `pack_record`; a frame cut short
-    at the end (a run killed while writing) is left out."""
-    records, offset = [], 0
-    while offset + 4 <= len(data):
-        size = int.from_bytes(data[offset : offset + 4], "little")
-        end = offset + 4 + size
-        if end > len(data):
-            break
-        records.append(msgpack.unpackb(data[offset + 4 : end], raw=False))
-        offset = end
-    return records
+def read_records(
+    stream: BinaryIO, *, max_bytes: int = MAX_RECORD_BYTES
+) -> Iterator[dict[str, Any]]:
+    """The records of a stream written with `pack_record`, each a map read
+    within the limits of a message; a frame cut short at the end (a run
+    killed while writing) is left out.
+
+    Raises:
+        ProtocolError: a frame over `max_bytes` (refused before its body is
+            read), or a body that is not one map within the limits.
+    """
+    number = 0
+    while len(prefix := stream.read(4)) == 4:
+        size = int.from_bytes(prefix, "little")
+        if size > max_bytes:
+            raise ProtocolError(
+                f"record {number}: a frame of {size} bytes, over the limit of"
+                f" {max_bytes}"
+            )
+        body = stream.read(size)
+        if len(body) < size:
+            return
+        try:
+            record = _unpack(
+                body,
+                _ext_hook,
+                max_bytes=max_bytes,
+                most=MAX_RECORD_OBJECTS,
+                max_text=max_bytes,
+            )
+        except ProtocolError as exc:
+            raise ProtocolError(f"record {number}: {exc}") from exc
+        if not isinstance(record, dict):
+            raise ProtocolError(
+                f"record {number}: expected a map, got {type(record).__name__}"
+            )
+        yield record
+        number += 1
