@@ -27,7 +27,7 @@ from clusterfed.scenarios import Scenario, load_scenario, with_overrides
 
 from .api import RunResult, run
 from .diff import differences
-from .folders import claim, default_folder, point_latest, safe_name
+from .folders import claim, default_folder, note, point_latest, safe_name
 from .results import load
 from .seeds import (
     CONFIDENCE,
@@ -191,8 +191,12 @@ def compare(
     done: list[int] = []
     # Seed by seed, so that a comparison stopped midway has whole seeds.
     for s in chosen:
+        one_seed = seed_folder(folder, s)
+        if not (resume and one_seed.exists()):
+            # Marked as the comparison's, so --overwrite can tell it apart.
+            claim(one_seed)
         one = _compare_one(
-            seed_folder(folder, s),
+            one_seed,
             {name: with_overrides(v, seed=s) for name, v in variants.items()},
             resume,
             **run_options,
@@ -265,6 +269,7 @@ def _check_finished(
 
 
 def _write(path: Path, data: Any) -> None:
+    note(path.parent, path.name)
     path.write_text(json.dumps(data, indent=2) + "\n")
 
 

@@ -33,6 +33,8 @@ from matplotlib.colors import BoundaryNorm, ListedColormap  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from .folders import note  # noqa: E402
+
 Row = dict[str, Any]
 FORMATS = ("png", "pdf")
 # Events worth a mark on the time axis, with their colour.
@@ -290,6 +292,8 @@ def _save(fig: Any, path: Path, *, margins: bool = True) -> list[Path]:
     written = []
     for fmt in FORMATS:
         target = path.with_suffix(f".{fmt}")
+        # Listed in a run folder's marker first, so --overwrite replaces it.
+        note(target.parent, target.name)
         fig.savefig(target, dpi=150)
         written.append(target)
     plt.close(fig)

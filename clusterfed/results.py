@@ -22,6 +22,8 @@ from sklearn.metrics import accuracy_score, f1_score, precision_score, recall_sc
 from clusterfed.actors import RoundOutcome
 from clusterfed.errors import ConfigError
 
+from .checkpoint import CHECKPOINT
+from .folders import note, note_new, strangers
 from .metrics import ari, purity
 from .plots import plot_run
 from .provenance import now
@@ -122,6 +124,10 @@ class RunRecorder:
             rounds.jsonl is cut back to the rounds of the snapshot and read
             back, and config.json is kept.
 
+    The folder's marker (`folders.claim`) lists what the run writes: the
+    names known beforehand before they are written, the rest (plots, logs, a
+    trace) as they appear, each round and at the end.
+
     Raises:
         ConfigError: with `resume`, rounds.jsonl holds less than the snapshot.
     """
@@ -136,17 +142,22 @@ class RunRecorder:
         self.out = out
         self.rows: list[Row] = []
         self._start = time.perf_counter()
+        # What the user put into a stopped run's folder stays theirs.
+        self._foreign = frozenset(strangers(out)) if resume is not None else frozenset()
         if resume is not None:
             self._resume(resume)
             return
         out.mkdir(parents=True, exist_ok=True)
         for stale in ("rounds.jsonl", "summary.json"):
             (out / stale).unlink(missing_ok=True)
+        note(out, "config.json", "rounds.jsonl", "summary.json")
         _write_json(out / "config.json", {**config, "versions": versions()})
 
     def snapshot(self) -> Row:
         """Where the recorder stands, for a checkpoint; rounds.jsonl is
         flushed to disk first, so the rows the snapshot counts are there."""
+        # The snapshot goes into the checkpoint written next: list it first.
+        note(self.out, CHECKPOINT)
         rounds = self.out / "rounds.jsonl"
         size = 0
         if rounds.exists():
@@ -228,6 +239,7 @@ class RunRecorder:
         self.rows.append(row)
         with (self.out / "rounds.jsonl").open("a") as stream:
             stream.write(json.dumps(row, allow_nan=False) + "\n")
+        note_new(self.out, ignore=self._foreign)
         return row
 
     def finish(
@@ -256,6 +268,7 @@ class RunRecorder:
             title or f"{scenario} · {algorithm}",
             target=summary.get("target_accuracy"),
         )
+        note_new(self.out, ignore=self._foreign)
         return summary
 
     def _stamp_config(self, **fields: Any) -> None:

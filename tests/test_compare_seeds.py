@@ -23,6 +23,7 @@ from clusterfed.comparison import (
     seeds_table,
 )
 from clusterfed.errors import ConfigError
+from clusterfed.folders import MARKER
 from clusterfed.seeds import (
     METRICS,
     interval,
@@ -174,6 +175,7 @@ def test_each_seed_is_a_one_seed_comparison_of_its_own(
 ) -> None:
     out = over_seeds.out
     assert sorted(p.name for p in out.iterdir()) == [
+        MARKER,
         "comparison.json",
         "seed0",
         "seed3",
@@ -183,6 +185,7 @@ def test_each_seed_is_a_one_seed_comparison_of_its_own(
         folder = out / f"seed{seed}"
         # What a one-seed compare writes, and nothing else.
         assert sorted(p.name for p in folder.iterdir()) == [
+            MARKER,
             "comparison.json",
             "fedavg",
             "fedprox",
@@ -465,6 +468,7 @@ def test_the_cli_prints_the_table_over_seeds(
     row = next(line for line in printed.splitlines() if line.startswith("fedavg"))
     assert row.split()[1] == "2" and "±" in row
     assert sorted(p.name for p in out.iterdir()) == [
+        MARKER,
         "comparison.json",
         "seed0",
         "seed1",
