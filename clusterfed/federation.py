@@ -79,7 +79,7 @@ def build_server(
         rng=numpy_rng(s.seed, STRATEGY_STREAM),
         clock=clock,
         deadline=s.deadline,
-        task_timeout_s=s.task_timeout_s,
+        task_timeout_s=s.task_timeout(),
         max_update_norm=s.max_update_norm,
         n_classes=plan.dataset.n_classes,
     )

@@ -286,6 +286,38 @@ class Faulty(FaultPlan):
 
 DP_OFF = ("off", "none", "false", "no")
 
+TASK_TIMEOUT_FLOOR_S = 300.0
+"""The least automatic task timeout: a slow start (imports, a first step)
+and a busy machine fit in it many times over."""
+TASK_SECONDS_PER_SAMPLE = 0.02
+"""A pessimistic wall-clock cost of one training sample for one epoch: about
+20 times the slowest built-in family on one core (the MNIST CNN, 1.1 ms a
+sample) and 4 times that CNN with DP-SGD."""
+UNKNOWN_DATASET_TIMEOUT_S = 3600.0
+"""The automatic task timeout of a dataset of unknown size."""
+
+
+def default_task_timeout(scenario: Scenario) -> float:
+    """The wall-clock limit on one request of `scenario` when it sets none.
+
+    No task should ever reach it: it bounds the time for one host to train
+    on the dataset's whole training split for the configured epochs at a
+    pessimistic cost a sample (`TASK_SECONDS_PER_SAMPLE`), at least
+    `TASK_TIMEOUT_FLOOR_S`. That is more than any request can wait for, even
+    one queued behind every other on its host, since a host's clients hold
+    at most the whole split between them. A per-machine measurement would be
+    tighter but is unknown before the run, and the courier's clock starts
+    when a request is sent, so it is derived from what the scenario says.
+    A dataset of unknown size gets `UNKNOWN_DATASET_TIMEOUT_S`. It is there
+    so that a stalled worker costs one deadline, never the run; a model far
+    heavier than the built-in families should set its own.
+    """
+    size = DATASET_SIZES.get(scenario.dataset.name)
+    if size is None:
+        return UNKNOWN_DATASET_TIMEOUT_S
+    work = size * scenario.train.epochs * TASK_SECONDS_PER_SAMPLE
+    return max(TASK_TIMEOUT_FLOOR_S, float(math.ceil(work)))
+
 
 class Scenario(_Spec):
     """One simulated federation: data, model, algorithm, clients, rounds, seed."""
@@ -315,8 +347,12 @@ class Scenario(_Spec):
         default_factory=WaitAll, description="when a round stops waiting"
     )
     events: list[Event] = Field(default_factory=list)
-    task_timeout_s: float | None = Field(
-        None, gt=0, description="wall-clock limit on one request"
+    task_timeout_s: (
+        Annotated[float, Field(gt=0, allow_inf_nan=False)] | Literal["auto"] | None
+    ) = Field(
+        "auto",
+        description='wall-clock limit on one request; "auto": derived from the'
+        ' scenario (see `default_task_timeout`); none (or "none"): wait forever',
     )
     max_update_norm: float | None = Field(
         None,
@@ -375,6 +411,28 @@ class Scenario(_Spec):
         if value is True:
             raise ValueError("give the budget, e.g. dp.epsilon = 10 (or dp = off)")
         return value
+
+    @field_validator("task_timeout_s", mode="before")
+    @classmethod
+    def _timeout_words(cls, value: Any) -> Any:
+        # TOML has no null: `task_timeout_s = "none"` (or off) waits forever.
+        if value is False or (isinstance(value, str) and value.lower() in DP_OFF):
+            return None
+        if isinstance(value, str) and value.lower() == "auto":
+            return "auto"
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if value is not None and not (number and 0 < value < math.inf):
+            raise ValueError(
+                f'{value!r} is no limit: give seconds (> 0), "auto" or "none"'
+            )
+        return value
+
+    def task_timeout(self) -> float | None:
+        """The wall-clock limit on one request the server applies: the one
+        set, `default_task_timeout` for "auto", None (wait forever) for none."""
+        if self.task_timeout_s == "auto":
+            return default_task_timeout(self)
+        return self.task_timeout_s
 
     @field_validator("availability", mode="before")
     @classmethod
@@ -489,10 +547,14 @@ class Scenario(_Spec):
                     f"{where}: client {missing} does not exist"
                     f" (clients are 0..{total - 1})"
                 )
-            if faulty.behaviour == "hang" and self.task_timeout_s is None:
+            if faulty.behaviour == "hang" and not isinstance(
+                self.task_timeout_s, float
+            ):
                 raise ValueError(
                     f"{where}: a client that never answers needs task_timeout_s,"
-                    " the wall-clock limit that ends its task as failed"
+                    " the wall-clock limit that ends its task as failed (the"
+                    f" automatic {default_task_timeout(self):g} s would hold"
+                    " each of its rounds that long)"
                 )
         return self
 

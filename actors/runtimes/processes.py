@@ -34,6 +34,16 @@ on serving the requests behind it, and only the hung client's request waits
 a faulty client's memory) travels pickled: it is this process's own data on
 its way to its own forked worker, never a message from a peer.
 
+A worker that stalls (half a frame, then silence) or dies is replaced, so it
+costs its clients one round, not the run. A request the server stops waiting
+for (its task timeout) means the worker owes a reply it did not give: it is
+killed, and what waited on it fails at once. A dead or killed worker is
+replaced between rounds (`settle`), or when one of its clients is next
+asked; its clients are registered on the new worker from their specs and
+given back what they kept (`Client.state`: a privacy accountant, a faulty
+client's memory), fetched with each of their replies, as a checkpoint's
+`restore` gives it back.
+
 A worker ends with the process that started it, however that one ends: it
 holds only its own end of its socket (so the other end's close reaches it as
 end of file), and on Linux the kernel kills it when its parent dies
@@ -43,6 +53,7 @@ end of file), and on Linux the kernel kills it when its parent dies
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import importlib
 import multiprocessing
@@ -61,6 +72,7 @@ import torch
 
 from clusterfed.types import ClientId
 
+from ..client import keeps_state
 from ..faults import load_spec
 from ..host import ClientHost, compute_on_one_thread
 from ..spec import ClientSpec
@@ -121,6 +133,23 @@ class _Worker:
         self.kept: dict[int, tuple[int, bytes]] = {}
         self.kept_bytes = 0
         self.next_key = 0
+        # What each client that keeps state kept after its last reply.
+        self.states: dict[int, Any] = {}
+        self.killed = False
+
+    @property
+    def lost(self) -> bool:
+        """Killed, or its process ended (its socket closed)."""
+        return self.killed or (self._frames is not None and self._frames.closed)
+
+    def kill(self) -> None:
+        """End the process at once; every request waiting on it fails
+        (`WorkerDied`) as soon as the loss is read."""
+        self.killed = True
+        if self.process.is_alive():
+            self.process.kill()
+        if self.writer is not None:
+            self.writer.abort()  # a stalled peer reads nothing: drop what is queued
 
     async def connect(self) -> None:
         frames = FrameReader(self._reply, self._lost)
@@ -132,10 +161,28 @@ class _Worker:
         self, spec: ClientSpec, head: bytes, body: bytes
     ) -> bytes | None:
         """The client's reply to `head + body` (None if it does not answer),
-        the body sent only if the worker does not keep it already."""
-        if len(body) < KEEP_AT_LEAST or len(body) > KEPT_BYTES:
-            return await self._ask(spec, DELIVER, head, body)
-        return await self._ask(spec, CITE, _KEY.pack(self._keep(body)), head)
+        the body sent only if the worker does not keep it already. A client
+        that keeps state is asked for it in the same breath (the worker
+        answers both in one go), kept in `states` for a replacement."""
+        loop = asyncio.get_running_loop()
+        reply: asyncio.Future[bytes | None] = loop.create_future()
+        state: asyncio.Future[bytes | None] = loop.create_future()
+        try:
+            if len(body) < KEEP_AT_LEAST or len(body) > KEPT_BYTES:
+                await self._send(spec, DELIVER, (head, body), reply)
+            else:
+                key = _KEY.pack(self._keep(body))
+                await self._send(spec, CITE, (key, head), reply)
+            if keeps_state(spec):
+                await self._send(spec, STATE, (), state)
+            answer = await reply
+            if keeps_state(spec):
+                kept = await state
+                self.states[spec.id] = pickle.loads(kept) if kept else None
+        finally:
+            _abandon(reply)
+            _abandon(state)
+        return answer
 
     def _keep(self, body: bytes) -> int:
         """The worker's key for `body`; queues the frames that make it keep
@@ -164,6 +211,7 @@ class _Worker:
     async def leave(self, spec: ClientSpec, reason: str) -> bytes:
         reply = await self._ask(spec, LEAVE, reason.encode())
         self.known.pop(spec.id, None)
+        self.states.pop(spec.id, None)
         assert reply is not None
         return reply
 
@@ -173,12 +221,16 @@ class _Worker:
 
     async def restore(self, spec: ClientSpec, state: Any) -> None:
         await self._ask(spec, RESTORE, pickle.dumps(state))
+        self.states[spec.id] = state
 
     async def _ask(self, spec: ClientSpec, kind: int, *data: bytes) -> bytes | None:
         """Send one frame, its body the parts `data`; its reply."""
         reply: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
-        await self._send(spec, kind, data, reply)
-        return await reply
+        try:
+            await self._send(spec, kind, data, reply)
+            return await reply
+        finally:
+            _abandon(reply)
 
     async def _send(
         self,
@@ -221,7 +273,7 @@ class _Worker:
                 reply.set_exception(WorkerDied(f"worker process {self.index} died"))
 
     async def stop(self) -> None:
-        if self.writer is not None and self._frames is not None:
+        if self.writer is not None and self._frames is not None and not self.killed:
             try:
                 self.writer.write(_HEADER.pack(STOP, 0, 0))
                 await self._frames.drain()
@@ -246,6 +298,7 @@ class ProcessRuntime:
         self.home: dict[ClientId, int] = {}
         self._load = [0] * workers
         self._workers: dict[int, _Worker] = {}
+        self._replacing = asyncio.Lock()
         self._torch_threads = torch.get_num_threads()
 
     @property
@@ -275,7 +328,7 @@ class ProcessRuntime:
             self.home[client] = worker
             self._load[worker] += len(spec.train)
             self.specs[client] = spec
-        return [await self._workers[self.home[ClientId(s.id)]].join(s) for s in specs]
+        return [await (await self._worker_of(s.id)).join(s) for s in specs]
 
     async def update(self, spec: ClientSpec) -> None:
         """A new spec; it reaches the worker with the client's next request."""
@@ -285,8 +338,9 @@ class ProcessRuntime:
         self.specs[client] = spec
 
     async def remove(self, client: int, reason: str) -> bytes:
+        worker = await self._worker_of(client)
         spec = self.specs.pop(ClientId(client))
-        worker = self._workers[self.home.pop(ClientId(client))]
+        self.home.pop(ClientId(client))
         return await worker.leave(spec, reason)
 
     async def request(self, client: int, data: bytes) -> bytes | None:
@@ -301,14 +355,17 @@ class ProcessRuntime:
         spec = self.specs.get(ClientId(client))
         if spec is None:
             raise LookupError(f"no client {client} in this runtime")
-        worker = self._workers[self.home[ClientId(client)]]
+        worker = await self._worker_of(client)
         try:
             return await worker.call_parts(spec, head, body)
         except WorkerDied:
-            # Replace it (once); this request failed, and the clients it hosted
-            # start afresh (their specs are sent again on first use).
-            if self._workers.get(worker.index) is worker:
-                await self._spawn(worker.index)
+            await self._replace(worker)  # this request failed; the next will not
+            raise
+        except asyncio.CancelledError:
+            # The server stopped waiting (its task timeout): a worker that
+            # owes a reply that long has stalled, and every later request to
+            # its clients would wait behind it. Replaced before the next.
+            worker.kill()
             raise
 
     async def states(self) -> dict[int, Any]:
@@ -333,20 +390,62 @@ class ProcessRuntime:
         for client, state in states.items():
             cid = ClientId(client)
             if cid in self.specs:
-                await self._workers[self.home[cid]].restore(self.specs[cid], state)
+                await (await self._worker_of(cid)).restore(self.specs[cid], state)
 
     async def settle(self) -> None:
-        """Nothing restarts here: a dead worker is replaced when it is found."""
+        """Between rounds: replace every worker that stalled or died, so its
+        clients are back, with what they kept, for the next round."""
+        for worker in list(self._workers.values()):
+            if worker.lost:
+                # One lost again while it was given its clients back is
+                # replaced when one of them is next asked.
+                with contextlib.suppress(WorkerDied):
+                    await self._replace(worker)
 
     async def close(self) -> None:
         workers, self._workers = list(self._workers.values()), {}
         await asyncio.gather(*(w.stop() for w in workers))
         torch.set_num_threads(self._torch_threads)
 
-    async def _spawn(self, index: int) -> None:
+    async def _spawn(self, index: int) -> _Worker:
         worker = _Worker(index)
         await worker.connect()
         self._workers[index] = worker
+        return worker
+
+    async def _worker_of(self, client: int) -> _Worker:
+        """The worker hosting `client`, replaced first if it was lost."""
+        worker = self._workers[self.home[ClientId(client)]]
+        if worker.lost:
+            worker = await self._replace(worker)
+        return worker
+
+    async def _replace(self, worker: _Worker) -> _Worker:
+        """A new worker in `worker`'s place (once, however many callers find
+        it lost); its clients are registered there on first use, and those
+        that keep state get back what they kept after their last reply."""
+        async with self._replacing:
+            current = self._workers.get(worker.index)
+            if current is not worker:
+                if current is None:  # closed meanwhile
+                    raise WorkerDied(f"worker process {worker.index} died")
+                return current
+            worker.kill()
+            await asyncio.to_thread(worker.process.join, 5)
+            new = await self._spawn(worker.index)
+            for client, state in worker.states.items():
+                if self.home.get(ClientId(client)) == worker.index:
+                    await new.restore(self.specs[ClientId(client)], state)
+            return new
+
+
+def _abandon(future: asyncio.Future[Any]) -> None:
+    """Nobody waits for `future` any longer: a reply still to come is
+    dropped when it arrives, and a failure already in is not reported."""
+    if not future.done():
+        future.cancel()
+    elif not future.cancelled():
+        future.exception()
 
 
 def _die_with_parent(parent: int) -> None:
@@ -392,13 +491,19 @@ def _serve(sock: socket.socket, parents_end: socket.socket, parent: int) -> None
                 answer = _answer(loop, host, kept, kind, client_id, body)
             except Exception as exc:
                 text = f"{type(exc).__name__}: {exc}".encode()
-                sock.sendall(_HEADER.pack(ERROR, client_id, len(text)) + text)
+                _send_frame(sock, ERROR, client_id, text)
                 continue
             if answer is None:  # a faulty client that does not answer
-                sock.sendall(_HEADER.pack(NO_REPLY, client_id, 0))
+                _send_frame(sock, NO_REPLY, client_id, b"")
             else:
-                sock.sendall(_HEADER.pack(REPLY, client_id, len(answer)))
-                sock.sendall(answer)
+                _send_frame(sock, REPLY, client_id, answer)
+
+
+def _send_frame(sock: socket.socket, kind: int, client_id: int, body: bytes) -> None:
+    """A worker's answer: its header, then its body (not copied into one)."""
+    sock.sendall(_HEADER.pack(kind, client_id, len(body)))
+    if body:
+        sock.sendall(body)
 
 
 def _answer(
