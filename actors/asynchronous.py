@@ -37,17 +37,16 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from clusterfed.algorithms import ClientInfo, TaskPlan
+from clusterfed.algorithms import ClientInfo, ClientUpdate, TaskPlan
 from clusterfed.types import ClientId, ClusterId
 
 from . import phases
 from .outcome import Exchange, RoundOutcome
-from .phases import RoundBooks
+from .round import Round
 from .tasks import train_tasks
-from .validation import check_models
 
 if TYPE_CHECKING:
     from .server import ParameterServer
@@ -64,7 +63,7 @@ class _Running:
     start: float
     duration: float | None
     sent: Mapping[ClusterId, int]
-    trained: bool = True  # it replied (a client that went offline did too)
+    gone: float | None = None  # it went offline this far into its task
 
 
 class AsyncDriver:
@@ -95,8 +94,9 @@ class AsyncDriver:
         self._heap: list[tuple[float, int, int, _Running | None]] = []
         self._seq = 0
         self._waking: set[ClientId] = set()  # offline clients with a wake-up
-        # Clients whose task failed in this aggregation rest until the next:
-        # a failure takes no simulated time, and restarting at once would spin.
+        # Clients whose task failed, or whose reply was refused before it
+        # could be read, in this aggregation rest until the next: such an
+        # end takes no simulated time, and restarting at once would spin.
         self._resting: set[ClientId] = set()
 
     def snapshot(self) -> dict[str, Any]:
@@ -124,9 +124,9 @@ class AsyncDriver:
 
     async def step(self, round: int) -> RoundOutcome:
         """Arrivals until the next aggregation; then every client evaluates."""
-        return await self.server.run_round(round, self._play)
+        return await self.server.run_round(round, self._play, once_per_client=False)
 
-    async def _play(self, members: list[ClientInfo], books: RoundBooks) -> RoundOutcome:
+    async def _play(self, members: list[ClientInfo], books: Round) -> RoundOutcome:
         server = self.server
         start = now = server.clock.now
         self._resting = set()
@@ -167,58 +167,45 @@ class AsyncDriver:
             return self.versions.get(cluster, 0) - running.sent[cluster]
         return self.version - running.version
 
-    def _arrive(self, books: RoundBooks, client: ClientId, running: _Running) -> bool:
-        """Judge one arrival and fold it in; whether the model changed."""
-        server = self.server
+    def _arrive(self, books: Round, client: ClientId, running: _Running) -> bool:
+        """Settle one arrival (`Round.settle`, as every update) and let the
+        strategy absorb it; whether the model changed."""
         if client not in books.outcomes:  # it left while training
             return False
-        update = phases.judge_update(running.plan, running.exchange, server.limits)
-        staleness = self._staleness(running, update.cluster)
-        if (
-            update.ok
-            and self.max_staleness is not None
-            and staleness > self.max_staleness
-        ):
-            update = replace(
-                update,
-                status="late",
-                reason=f"stale: {staleness} versions old,"
-                f" max_staleness = {self.max_staleness}",
-            )
-        outcome = books.outcomes[client]
-        outcome.status = update.status
-        outcome.train_loss = update.loss
-        outcome.sim_s = running.duration or 0.0
-        outcome.staleness = staleness
-        books.book(
-            client,
-            replace(running.exchange, status=update.status, reason=update.reason),
+
+        def stale(update: ClientUpdate) -> tuple[str | None, int | None]:
+            staleness = self._staleness(running, update.cluster)
+            if self.max_staleness is not None and staleness > self.max_staleness:
+                return (
+                    f"stale: {staleness} versions old,"
+                    f" max_staleness = {self.max_staleness}",
+                    staleness,
+                )
+            return None, staleness
+
+        settled = books.settle(
+            running.plan,
+            running.exchange,
+            length_s=running.duration,
+            gone_s=running.gone,
+            lateness=stale,
         )
-        reply = running.exchange.reply
-        epsilon = getattr(reply.payload, "epsilon", None) if reply is not None else None
-        if running.trained and epsilon is not None:
-            server.epsilon[client] = epsilon
-        if update.status == "failed":
+        update = books.record(settled)
+        if update.status == "failed" or running.duration is None:
             self._resting.add(client)
         if not update.ok:
             return False
-        absorbed, advanced = server.strategy.absorb(
-            server.state, update, staleness, server.rng
-        )
-        problem = check_models(absorbed.models)
-        if problem is not None:  # as a synchronous round's aggregation
-            books.rejections.append(
-                f"round {books.round}: update of client {client} refused, {problem};"
-                " the models stay as they were"
-            )
+        server = self.server
+        before = dict(server.state.models)
+        committed, advanced = server.absorb(update, settled.staleness or 0)
+        if not committed:
             return False
-        for cluster, model in absorbed.models.items():
-            if model is not server.state.models.get(cluster):
+        for cluster, model in server.state.models.items():
+            if model is not before.get(cluster):
                 self.versions[cluster] = self.versions.get(cluster, 0) + 1
-        server.state = absorbed
         return advanced
 
-    async def _top_up(self, books: RoundBooks, now: float) -> None:
+    async def _top_up(self, books: Round, now: float) -> None:
         """Start idle clients at `now` until `concurrency` are training."""
         server = self.server
         busy = {client for _, client, _, task in self._heap if task is not None}
@@ -240,22 +227,19 @@ class AsyncDriver:
         plans = [server.strategy.plan_for(server.state, c) for c in chosen]
         tasks = train_tasks(plans, server.train_config)
         exchanges = await server.courier.round_trip(
-            list(zip(chosen, tasks, strict=True)), books.round, books.members
+            list(zip(chosen, tasks, strict=True)), books.number, books.members
         )
         for plan, exchange in zip(plans, exchanges, strict=True):
             duration = phases.duration(server.clock, plan.client, exchange)
-            trained = exchange.status == "ok"
             cut = phases.went_offline(server.clock, plan.client, now, duration)
             if cut is not None:  # it fails when it goes offline
-                exchange, duration = phases.offline_exchange(exchange, cut), cut
+                duration = cut
             sent = {
                 k: self.versions.get(k, 0)
                 for k in plan.models
                 if k in server.state.models
             }
-            running = _Running(
-                plan, exchange, self.version, now, duration, sent, trained
-            )
+            running = _Running(plan, exchange, self.version, now, duration, sent, cut)
             arrival = now + (duration if duration is not None else 0.0)
             heapq.heappush(self._heap, (arrival, int(plan.client), self._seq, running))
             self._seq += 1

@@ -23,7 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from clusterfed.algorithms import ClientInfo, ServerState, Strategy
+from clusterfed.algorithms import (
+    ClientInfo,
+    ClientUpdate,
+    ServerState,
+    Strategy,
+    TaskPlan,
+)
 from clusterfed.algorithms.base import streams
 from clusterfed.errors import ConfigError
 from clusterfed.protocol import (
@@ -42,11 +48,11 @@ from clusterfed.types import ClientId, ClusterId
 
 from . import phases
 from .client import client_address
-from .clock import DeadlinePolicy, SimClock, WaitAll
+from .clock import DeadlinePolicy, SimClock, WaitAll, arrives_late
 from .courier import Courier
 from .folding import RoundFold
 from .outcome import ClientOutcome, RoundOutcome
-from .phases import RoundBooks, UpdateLimits
+from .round import Round, UpdateLimits
 from .runtimes import Runtime
 from .validation import (
     REPLY_KINDS,
@@ -57,7 +63,7 @@ from .validation import (
     membership_problem,
 )
 
-Play = Callable[[list[ClientInfo], RoundBooks], Awaitable[RoundOutcome]]
+Play = Callable[[list[ClientInfo], Round], Awaitable[RoundOutcome]]
 """How a round is played over its members and books (see `run_round`)."""
 
 
@@ -77,6 +83,12 @@ class ParameterServer:
         max_message_bytes: replies larger than this are refused.
         max_update_norm: updates whose delta has a larger L2 norm are
             refused; None: no bound.
+        max_update_ratio: updates whose delta's norm is over this many
+            times the norm of the model it was trained from (at least 1)
+            are refused; None: no bound.
+        max_weight_ratio: an update's sample count counts at most this many
+            times the median count the round's members declared; None: no
+            cap.
         max_in_flight: requests outstanding at once (bounds the memory of
             encoded models and of replies in flight); None: 8 per host of
             the runtime, at most 64 (`Courier.in_flight`).
@@ -98,6 +110,8 @@ class ParameterServer:
         task_timeout_s: float | None = None,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         max_update_norm: float | None = None,
+        max_update_ratio: float | None = None,
+        max_weight_ratio: float | None = None,
         max_in_flight: int | None = None,
         n_classes: int | None = None,
     ) -> None:
@@ -105,7 +119,12 @@ class ParameterServer:
         self.strategy = strategy
         self.state: ServerState = strategy.init_state(models)
         self.rng = rng
-        self.limits = UpdateLimits(int(models[0].shape[0]), max_update_norm)
+        self.limits = UpdateLimits(
+            int(models[0].shape[0]),
+            max_update_norm,
+            max_update_ratio,
+            max_weight_ratio,
+        )
         self.train_config = strategy.train_config(train_config)
         self.clock = clock if clock is not None else SimClock()
         self.deadline = deadline or WaitAll()
@@ -200,9 +219,13 @@ class ParameterServer:
 
     # -- the round ------------------------------------------------------------
 
-    async def run_round(self, round: int, play: Play | None = None) -> RoundOutcome:
+    async def run_round(
+        self, round: int, play: Play | None = None, *, once_per_client: bool = True
+    ) -> RoundOutcome:
         """Describe, plan, train, probe, aggregate and evaluate one round;
-        `play(members, books)` plays it instead (the asynchronous driver).
+        `play(members, books)` plays it instead (the asynchronous driver,
+        under which a client may send several updates: `once_per_client`
+        False).
 
         A client that announces it leaves during the round leaves when the
         round ends: the round's plans and books still hold it.
@@ -214,11 +237,14 @@ class ParameterServer:
             members = [self.clients[c] for c in sorted(self.clients)]
             # Refusals of inbound messages and of replies go in one list, in
             # the order they happen.
-            books = RoundBooks(
+            books = Round(
                 round,
                 self.clients,
                 {c.id: ClientOutcome(c.id) for c in members},
                 self._rejections,
+                self.limits,
+                self.epsilon,
+                once_per_client=once_per_client,
             )
             return await (play or self._play)(members, books)
         finally:
@@ -227,8 +253,8 @@ class ParameterServer:
             for client in leaving:
                 self.leave(client)
 
-    async def _play(self, members: list[ClientInfo], books: RoundBooks) -> RoundOutcome:
-        round = books.round
+    async def _play(self, members: list[ClientInfo], books: Round) -> RoundOutcome:
+        round = books.number
         waiting, active = self._online(members, books)
         describing = await self._describe(active, books)
         plans = (
@@ -236,26 +262,16 @@ class ParameterServer:
             if active
             else []
         )
-        fold = (
-            RoundFold(
-                (p.client for p in plans),
-                partial(self.strategy.fold_weight, self.state),
-            )
-            if streams(self.strategy)
-            else None
-        )
-        updates, epsilon, training = await phases.train(
+        books.fold = self._fold(plans)
+        updates, training = await phases.train(
             self.courier,
             self.clock,
             books,
             plans,
             self.train_config,
             self.deadline,
-            self.limits,
             start=self.clock.now + waiting + describing,
-            fold=fold,
         )
-        self.epsilon.update(epsilon)
         probes = [
             p
             for p in self.strategy.plan_probes(self.state, round, updates, self.rng)
@@ -266,26 +282,59 @@ class ParameterServer:
             updates, probing = await phases.probe(
                 self.courier, self.clock, books, probes, updates
             )
-        if fold is not None and fold.done:
+        if books.fold is not None and books.fold.done:
             aggregated = self.strategy.aggregate_sums(
-                self.state, round, updates, fold.sums, self.rng
+                self.state, round, updates, books.fold.sums, self.rng
             )
         else:  # the deltas were kept (see phases.train)
             aggregated = self.strategy.aggregate(self.state, round, updates, self.rng)
-        problem = check_models(aggregated.models)
-        if problem is None:
-            self.state = aggregated
-        else:  # the updates' checks make this rare; the run keeps its models
-            self._rejections.append(
-                f"round {round}: aggregation refused, {problem};"
-                " the models stay as they were"
-            )
+        self.commit(aggregated, f"round {round}: aggregation refused")
         return await self.close_round(
             books, members, waiting + describing + training + probing
         )
 
+    def _fold(self, plans: Sequence[TaskPlan]) -> RoundFold | None:
+        """The round's running sums when it streams: the strategy folds,
+        the deadline decides lateness reply by reply (not `Fraction`, which
+        ranks every reply) and no client is planned twice. None: every
+        delta is kept until `aggregate`."""
+        clients = [p.client for p in plans]
+        if (
+            streams(self.strategy)
+            and arrives_late(self.deadline, 0.0) is not None
+            and len(set(clients)) == len(clients)
+        ):
+            return RoundFold(clients, partial(self.strategy.fold_weight, self.state))
+        return None
+
+    def commit(self, state: ServerState, refusal: str) -> bool:
+        """Keep `state`, the strategy's new state, unless a model in it is
+        not finite in float32; then record `refusal` with the reason, and the
+        models stay as they were. Both schedules commit through here: a
+        synchronous round's aggregation, an asynchronous arrival's `absorb`."""
+        problem = check_models(state.models)
+        if problem is not None:  # the updates' checks make this rare
+            self._rejections.append(
+                f"{refusal}, {problem}; the models stay as they were"
+            )
+            return False
+        self.state = state
+        return True
+
+    def absorb(self, update: ClientUpdate, staleness: int) -> tuple[bool, bool]:
+        """Asynchronous mode: the strategy folds one settled update that
+        arrived `staleness` versions late. Returns whether the state was
+        committed and whether the strategy says the model changed."""
+        absorbed, advanced = self.strategy.absorb(
+            self.state, update, staleness, self.rng
+        )
+        refusal = f"round {self.round}: update of client {update.client} refused"
+        if not self.commit(absorbed, refusal):
+            return False, False
+        return True, advanced
+
     def _online(
-        self, members: Sequence[ClientInfo], books: RoundBooks
+        self, members: Sequence[ClientInfo], books: Round
     ) -> tuple[float, list[ClientInfo]]:
         """The members online when the round starts, the others' books
         saying why they sit it out. With nobody online the round starts
@@ -306,7 +355,7 @@ class ParameterServer:
 
     async def close_round(
         self,
-        books: RoundBooks,
+        books: Round,
         members: Sequence[ClientInfo],
         sim_duration: float,
         diagnostics: Mapping[str, Any] | None = None,
@@ -324,7 +373,7 @@ class ParameterServer:
             outcome.epsilon = self.epsilon.get(outcome.id)
         rejections, self._rejections = self._rejections, []
         return RoundOutcome(
-            round=books.round,
+            round=books.number,
             sim_duration=sim_duration,
             clients=list(books.outcomes.values()),
             n_clusters=self.state.n_clusters,
@@ -336,7 +385,7 @@ class ParameterServer:
             },
         )
 
-    async def _describe(self, active: Sequence[ClientInfo], books: RoundBooks) -> float:
+    async def _describe(self, active: Sequence[ClientInfo], books: Round) -> float:
         """Ask the clients not yet described for what the strategy wants; hand
         the accepted histograms to the strategy. Returns the phase's length.
 
@@ -358,7 +407,7 @@ class ParameterServer:
             if self.n_classes is None:
                 self.n_classes = len(next(iter(histograms.values())))
             self.state = self.strategy.on_describe(
-                self.state, books.round, histograms, self.rng
+                self.state, books.number, histograms, self.rng
             )
         return length
 

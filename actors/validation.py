@@ -191,11 +191,14 @@ def check_update(
     n_weights: int,
     max_norm: float | None,
     n_train: int | None = None,
+    max_ratio: float | None = None,
 ) -> str | None:
     """Why an update may not touch a model, or None.
 
     `n_train` is what the client declared when it joined: it cannot have
-    trained on more samples (nor on none).
+    trained on more samples (nor on none). `max_ratio`: the most the delta's
+    norm may be, in multiples of the norm of the model it was trained from
+    (at least 1).
     """
     if not isinstance(payload, UpdateReply):
         return f"expected an update_reply, got {payload.kind!r}"
@@ -215,11 +218,20 @@ def check_update(
     delta = payload.delta
     if max_norm is not None and (norm := _norm(delta)) > max_norm:
         return f"delta norm {norm:.4g} is above max_update_norm = {max_norm:g}"
-    # A float32 model whose norm overflows float32 is as good as Inf: its
-    # next forward pass is. Checked on a cheap bound first (‖v‖ ≤ √n·max|vᵢ|),
-    # as an exact float64 norm of every update costs the server more than
-    # folding it does.
     base = plan.models[ClusterId(payload.cluster)]
+    # Cheap bound first (‖δ‖ ≤ √n·max|δᵢ|, and the model's norm counts as at
+    # least 1): the exact norms of the delta and the model cost the server
+    # more than folding the update does.
+    if max_ratio is not None and _peak(delta) * np.sqrt(n_weights) > max_ratio:
+        norm, scale = _norm(delta), max(1.0, _norm(base))
+        if not norm <= max_ratio * scale:
+            return (
+                f"delta norm {norm:.4g} is over {max_ratio:g} × the norm of"
+                f" the model it was trained from ({scale:.4g});"
+                " max_update_ratio bounds it"
+            )
+    # A float32 model whose norm overflows float32 is as good as Inf: its
+    # next forward pass is. Checked on a cheap bound first, as above.
     if (_peak(delta) + _peak(base)) * np.sqrt(n_weights) > FLOAT32_MAX:
         end = np.add(base, delta, dtype=np.float64)
         end_norm = float(np.sqrt(np.square(end).sum()))

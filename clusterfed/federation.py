@@ -81,6 +81,8 @@ def build_server(
         deadline=s.deadline,
         task_timeout_s=s.task_timeout(),
         max_update_norm=s.max_update_norm,
+        max_update_ratio=s.max_update_ratio,
+        max_weight_ratio=s.max_weight_ratio,
         n_classes=plan.dataset.n_classes,
     )
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterfed.actors import Client, ClientSpec, ParameterServer, RoundOutcome
+from clusterfed.actors.asynchronous import AsyncDriver
 from clusterfed.protocol import Envelope, ProtocolError, Welcome, decode
 from clusterfed.scenarios import RunPlan, Scenario, load_scenario, plan_run
 
@@ -84,6 +85,17 @@ class ServerHarness:
         self.plan: RunPlan = plan_run(resolved)
         self.clients: dict[int, Client] = {s.id: Client(s) for s in self.plan.clients}
         self.server: ParameterServer = build_server(self.plan, self)  # type: ignore[arg-type]
+        # A scenario in async mode runs its aggregations through the driver,
+        # as a federation would: `run_round` is then one aggregation.
+        self.driver = (
+            AsyncDriver(
+                self.server,
+                concurrency=resolved.concurrency,
+                max_staleness=resolved.max_staleness,
+            )
+            if resolved.mode == "async"
+            else None
+        )
         self.answer: Answer = answer if answer is not None else self.honest
         self.requests: list[Request] = []
 
@@ -102,12 +114,15 @@ class ServerHarness:
                 raise AssertionError(f"client {client} was not welcomed: {reply}")
 
     async def run_round(self, round: int, answer: Answer | None = None) -> RoundOutcome:
-        """Run one round of the server, every request answered by `answer`
-        (the harness's default answer if None)."""
+        """Run one round of the server (in async mode, one aggregation),
+        every request answered by `answer` (the harness's default answer if
+        None)."""
         previous = self.answer
         if answer is not None:
             self.answer = answer
         try:
+            if self.driver is not None:
+                return await self.driver.step(round)
             return await self.server.run_round(round)
         finally:
             self.answer = previous

@@ -360,6 +360,25 @@ class Scenario(_Spec):
         allow_inf_nan=False,
         description="updates whose delta has a larger L2 norm are refused",
     )
+    max_update_ratio: float | None = Field(
+        1000.0,
+        ge=1,
+        allow_inf_nan=False,
+        description="updates whose delta's L2 norm is over this many times the"
+        " norm of the model it was trained from (counted as at least 1) are"
+        " refused: no honest step comes near (honest digits runs measured at"
+        " most 5.4, dcfl-dynamic with DP; 0.1 quickstart), an absurd one (1e30"
+        " everywhere) would ruin or freeze the model; none: no bound",
+    )
+    max_weight_ratio: float | None = Field(
+        4.0,
+        ge=1,
+        allow_inf_nan=False,
+        description="a client's sample count weighs at most this many times the"
+        " median count the round's members declared at join, so no client owns"
+        " a weighted mean by declaring 2**31 - 1 samples (the built-in digits"
+        " partitions stay within 2x the median); none: no cap",
+    )
     faulty: list[Faulty] = Field(
         default_factory=list, description="clients that misbehave on purpose"
     )
@@ -425,6 +444,14 @@ class Scenario(_Spec):
             raise ValueError(
                 f'{value!r} is no limit: give seconds (> 0), "auto" or "none"'
             )
+        return value
+
+    @field_validator("max_update_ratio", "max_weight_ratio", mode="before")
+    @classmethod
+    def _guard_off(cls, value: Any) -> Any:
+        # TOML has no null: `max_update_ratio = "none"` (or off) lifts the bound.
+        if value is False or (isinstance(value, str) and value.lower() in DP_OFF):
+            return None
         return value
 
     def task_timeout(self) -> float | None:

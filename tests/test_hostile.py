@@ -150,10 +150,13 @@ def test_an_update_above_the_norm_bound_is_refused() -> None:
 def test_without_a_bound_a_large_update_is_taken() -> None:
     # Round 1 is the last: the hostile update, 1e4 times what the client
     # trained, is averaged in by its share of the samples, so the model ends
-    # (1e4 - 1) x share x delta away from the clean run's.
+    # (1e4 - 1) x share x delta away from the clean run's. (Near 1e3 times
+    # the model's norm, the default max_update_ratio would refuse it.)
     transport = Capture()
-    clean, _ = run(rounds=2, rewrite=transport.record)
-    server, outcomes = run(rounds=2, rewrite=in_round(1, scaled(1e4)))
+    clean, _ = run(rounds=2, rewrite=transport.record, max_update_ratio=None)
+    server, outcomes = run(
+        rounds=2, rewrite=in_round(1, scaled(1e4)), max_update_ratio=None
+    )
     assert [o.rejected_messages for o in outcomes] == [0, 0]
     assert {c.id for c in outcomes[1].clients if c.trained} == set(range(6))
     replies: dict[ClientId, UpdateReply] = {}
@@ -202,8 +205,11 @@ def test_a_duplicate_update_in_the_same_round_is_refused() -> None:
             assert answer.payload.kind == "error"
 
     transport = Capture()
-    server, outcomes = run(push=resend, rewrite=transport.record)
-    clean, _ = run()
+    # Without a wall-clock limit the courier awaits each reply in place, so
+    # client 2's reply is taken before client 3's request comes (a limit
+    # wraps each request in a task of its own, which reorders them).
+    server, outcomes = run(push=resend, rewrite=transport.record, task_timeout_s=None)
+    clean, _ = run(task_timeout_s=None)
     assert_refused_once(outcomes, 1, "duplicate: request '", update=False)
     assert (
         f"already answered by client {HOSTILE} in round 1"

@@ -1,0 +1,242 @@
+"""One round's books, and the one place where an update is settled.
+
+A synchronous round (`phases.train`) and an asynchronous aggregation
+(`asynchronous.py`) differ only in *when* tasks go out and *when* the round
+or its buffer closes. Whatever the schedule, every train reply goes through
+`Round.settle` — the exchange judged against the plan and the limits (the
+sample count against the `n_train` its client declared at join), a second
+update of one client refused, the schedule's lateness verdict applied, the
+update folded into the round's sums (streaming aggregation) or kept — and
+then through `Round.record`, which books it: the client's outcome (status,
+loss, simulated seconds, staleness), its bytes and reason, the ε it
+reported. A decision written in two places drifts (async once accepted a
+sample count that sync refused); here it is written once.
+
+`settle` and `record` are apart because a synchronous round settles a reply
+as soon as it arrives (the fold drops its delta) but books the round in plan
+order, so the refusals read the same in every runtime, whatever order the
+replies came in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from clusterfed.algorithms import ClientInfo, ClientUpdate, TaskPlan
+from clusterfed.protocol import UpdateReply
+from clusterfed.types import ClientId, ClusterId
+
+from .folding import RoundFold, without_delta
+from .outcome import ClientOutcome, Exchange
+from .validation import check_update
+
+Lateness = Callable[[ClientUpdate], tuple[str | None, int | None]]
+"""The schedule's lateness rule for a judged update: why it counts as late
+(None: it does not), and its staleness in server versions (None: the
+schedule counts none)."""
+
+
+def on_time(update: ClientUpdate) -> tuple[str | None, int | None]:
+    """Lateness rule of a reply that came in time."""
+    return None, None
+
+
+def after_deadline(update: ClientUpdate) -> tuple[str | None, int | None]:
+    """Lateness rule of a reply that came after the round's deadline."""
+    return "after the deadline", None
+
+
+@dataclass(frozen=True)
+class UpdateLimits:
+    """What an update must fit.
+
+    Attributes:
+        n_weights: the model's size.
+        max_update_norm: refuse a delta of a larger L2 norm (None: no bound).
+        max_update_ratio: refuse a delta whose norm is over this many times
+            the norm of the model it was trained from (at least 1): no honest
+            step of SGD comes near, and an absurd one (1e30 everywhere, one
+            coordinate at 3e38) would otherwise ruin or freeze the model.
+            None: no such bound.
+        max_weight_ratio: a client's sample count weighs at most this many
+            times the median count the round's members declared at join, so
+            no client owns a weighted mean by declaring 2³¹ − 1 samples.
+            None: no cap.
+    """
+
+    n_weights: int
+    max_update_norm: float | None = None
+    max_update_ratio: float | None = None
+    max_weight_ratio: float | None = None
+
+
+@dataclass(frozen=True)
+class Settled:
+    """A settled train reply: the update as the strategy sees it, the
+    exchange as kept (without its delta once folded), and its timing."""
+
+    plan: TaskPlan
+    update: ClientUpdate
+    exchange: Exchange
+    sim_s: float
+    trained: bool  # it replied (even late, or before it went offline)
+    staleness: int | None = None
+
+
+@dataclass
+class Round:
+    """A round's books — each member's outcome and every refusal — and the
+    settling of its train replies (see the module docstring).
+
+    Args:
+        number: the round.
+        members: the clients the server knows, as they declared themselves.
+        outcomes: each member's outcome, filled as the round goes.
+        rejections: the run's refusals, in the order they happen.
+        limits: what an update must fit.
+        epsilon: the server's privacy ledger, client → ε it last reported.
+        fold: the round's running sums, for a strategy that folds.
+        once_per_client: a second accepted update of one client is refused
+            (a synchronous round: one task each); False in asynchronous mode,
+            where a fast client may send several before the next aggregation.
+    """
+
+    number: int
+    members: Mapping[ClientId, ClientInfo]
+    outcomes: dict[ClientId, ClientOutcome]
+    rejections: list[str]
+    limits: UpdateLimits = field(default_factory=lambda: UpdateLimits(0))
+    epsilon: dict[ClientId, float] = field(default_factory=dict)
+    fold: RoundFold | None = None
+    once_per_client: bool = True
+    _updated: set[ClientId] = field(default_factory=set)
+    _weight_cap: float | None = None
+
+    def __post_init__(self) -> None:
+        ratio = self.limits.max_weight_ratio
+        if ratio is not None and self.members:
+            declared = [info.n_train for info in self.members.values()]
+            self._weight_cap = ratio * max(1.0, float(np.median(declared)))
+
+    def book(self, client: ClientId, exchange: Exchange) -> None:
+        """Count an exchange's bytes and, unless it went well, its reason."""
+        outcome = self.outcomes[client]
+        outcome.bytes_down += exchange.bytes_down
+        outcome.bytes_up += exchange.bytes_up
+        if exchange.status == "rejected":
+            self.rejections.append(f"client {client}: {exchange.reason}")
+        if exchange.status != "ok":
+            outcome.reason = exchange.reason
+
+    def settle(
+        self,
+        plan: TaskPlan,
+        exchange: Exchange,
+        *,
+        length_s: float | None,
+        gone_s: float | None = None,
+        lateness: Lateness = on_time,
+    ) -> Settled:
+        """Judge one train reply and fold or keep its update.
+
+        Args:
+            plan: the task the reply answers.
+            exchange: the reply as the courier judged it.
+            length_s: simulated seconds until it arrived (None: never).
+            gone_s: the client went offline this far into its task, before
+                its reply was back: the update failed (its training happened).
+            lateness: the schedule's verdict on the judged update.
+        """
+        trained = exchange.status == "ok"
+        if gone_s is not None:
+            exchange = offline_exchange(exchange, gone_s)
+        update = self._judge(plan, exchange)
+        if update.ok and self.once_per_client and plan.client in self._updated:
+            update = replace(
+                update,
+                status="rejected",
+                reason=f"duplicate: a second update from client {plan.client}"
+                f" in round {self.number}",
+            )
+        late, staleness = lateness(update)
+        if update.ok and late is not None:
+            update = replace(update, status="late", reason=late)
+        if update.ok:
+            self._updated.add(plan.client)
+        if self.fold is not None:
+            update = self.fold.add(update)
+            exchange = without_delta(exchange)
+        sim_s = gone_s if gone_s is not None else (length_s or 0.0)
+        return Settled(plan, update, exchange, sim_s, trained, staleness)
+
+    def record(self, settled: Settled) -> ClientUpdate:
+        """Book a settled update: its client's outcome, bytes, reason and ε.
+        Returns the update."""
+        update, client = settled.update, settled.plan.client
+        outcome = self.outcomes[client]
+        outcome.status = update.status
+        outcome.train_loss = update.loss
+        outcome.sim_s = settled.sim_s
+        if settled.staleness is not None:
+            outcome.staleness = settled.staleness
+        reply = settled.exchange.reply
+        payload = reply.payload if reply is not None else None
+        # A late (or refused) update was trained all the same: its ε is spent.
+        if (
+            settled.trained
+            and isinstance(payload, UpdateReply)
+            and payload.epsilon is not None
+        ):
+            self.epsilon[client] = payload.epsilon
+        self.book(
+            client,
+            replace(settled.exchange, status=update.status, reason=update.reason),
+        )
+        return update
+
+    def _judge(self, plan: TaskPlan, exchange: Exchange) -> ClientUpdate:
+        """The update as the strategy sees it: accepted, or why not."""
+        first = next(iter(plan.models))
+        if exchange.status != "ok" or exchange.reply is None:
+            return ClientUpdate(
+                plan.client, first, exchange.status, reason=exchange.reason
+            )
+        reply = exchange.reply.payload
+        declared = self.members.get(plan.client)
+        problem = check_update(
+            reply,
+            plan,
+            self.limits.n_weights,
+            self.limits.max_update_norm,
+            declared.n_train if declared is not None else None,
+            self.limits.max_update_ratio,
+        )
+        if problem is not None or not isinstance(reply, UpdateReply):
+            return ClientUpdate(plan.client, first, "rejected", reason=problem)
+        cluster = ClusterId(reply.cluster)
+        n_samples = reply.n_samples
+        if self._weight_cap is not None and n_samples > self._weight_cap:
+            n_samples = int(self._weight_cap)
+        return ClientUpdate(
+            client=plan.client,
+            cluster=cluster,
+            status="ok",
+            base=plan.models[cluster],
+            delta=reply.delta,
+            n_samples=n_samples,
+            loss=reply.loss,
+        )
+
+
+def offline_exchange(exchange: Exchange, after_s: float) -> Exchange:
+    """The exchange of a client that went offline `after_s` into its task:
+    failed, its upload never made."""
+    return replace(
+        exchange,
+        status="failed",
+        reason=f"went offline {after_s:.4g} s into its task (availability)",
+        bytes_up=0,
+    )
