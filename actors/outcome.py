@@ -44,6 +44,9 @@ class ClientOutcome:
     sim_s: float = 0.0
     epsilon: float | None = None  # local DP: the ε it last reported spending
     staleness: int | None = None  # async: server versions since its model was sent
+    # The scenario made it faulty: its self-reports (accuracy, ε) are in its
+    # row but never in the run's metrics (see ParameterServer.faulty).
+    faulty: bool = False
 
     @property
     def planned(self) -> bool:
@@ -85,6 +88,7 @@ class ClientOutcome:
             "epsilon": self.epsilon,
             "reason": self.reason,
             **({} if self.staleness is None else {"staleness": self.staleness}),
+            **({"faulty": True} if self.faulty else {}),
         }
 
 

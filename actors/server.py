@@ -141,6 +141,11 @@ class ParameterServer:
         self._rejections: list[str] = []  # inbound refusals, drained each round
         # Local DP: the ε each client (present or gone) last reported spending.
         self.epsilon: dict[ClientId, float] = {}
+        # Clients the scenario made faulty. What a client reports of itself
+        # (its accuracy, the ε it spent) no check can verify; the simulator
+        # knows whom it made faulty, so their reports are marked in their
+        # rows and never enter the run's metrics (mean accuracy, epsilon_max).
+        self.faulty: set[ClientId] = set()
         # Clients that answered the strategy's describe task (or were refused).
         self.described: set[ClientId] = set()
         self.n_classes = n_classes
@@ -371,6 +376,8 @@ class ParameterServer:
         for outcome in books.outcomes.values():
             outcome.cluster = self.state.assignment.get(outcome.id)
             outcome.epsilon = self.epsilon.get(outcome.id)
+            outcome.faulty = outcome.id in self.faulty
+        trusted = [e for c, e in self.epsilon.items() if c not in self.faulty]
         rejections, self._rejections = self._rejections, []
         return RoundOutcome(
             round=books.number,
@@ -378,7 +385,7 @@ class ParameterServer:
             clients=list(books.outcomes.values()),
             n_clusters=self.state.n_clusters,
             rejections=rejections,
-            epsilon_max=max(self.epsilon.values(), default=None),
+            epsilon_max=max(trusted, default=None),
             diagnostics={
                 **self.strategy.diagnostics(self.state),
                 **(diagnostics or {}),

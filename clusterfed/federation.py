@@ -26,6 +26,7 @@ from clusterfed.actors import ClientSpec, ParameterServer, SimClock
 from clusterfed.actors.asynchronous import AsyncDriver
 from clusterfed.actors.availability import schedule
 from clusterfed.actors.clock import WaitAll
+from clusterfed.actors.faults import FaultyClientSpec
 from clusterfed.actors.runtimes import Runtime
 from clusterfed.actors.spec import PrivacyPlan, privacy_summary
 from clusterfed.actors.trace import TraceMode, TraceWriter, TracingRuntime
@@ -35,6 +36,7 @@ from clusterfed.scenarios import RunPlan, Scenario, ScenarioEngine, plan_run
 from clusterfed.scenarios.build import AVAILABILITY_STREAM, STRATEGY_STREAM
 from clusterfed.scenarios.problems import scenario_warnings, unfired_time_events
 from clusterfed.seeding import numpy_rng
+from clusterfed.types import ClientId
 
 from .checkpoint import CHECKPOINT, Checkpoint, write_checkpoint
 from .global_test import GlobalTest
@@ -319,6 +321,8 @@ class Federation:
         """Host new clients; each sends its join request to the server."""
         for spec in specs:
             self.clock.profiles[spec.id] = spec.profile  # type: ignore[index]
+            if isinstance(spec, FaultyClientSpec):
+                self.server.faulty.add(ClientId(spec.id))
             if spec.privacy is not None:
                 self.privacy[spec.id] = spec.privacy
         joins = await self.runtime.add(specs)

@@ -390,8 +390,14 @@ def cbcc_scores(
 
 
 def mean_std(row: Row) -> tuple[float, float] | None:
-    """Mean and standard deviation of the client accuracies of one round."""
-    accs = [c["acc"] for c in row["clients"] if c["acc"] is not None]
+    """Mean and standard deviation of the client accuracies of one round;
+    a client the scenario made faulty does not count (its accuracy is its
+    own report)."""
+    accs = [
+        c["acc"]
+        for c in row["clients"]
+        if c["acc"] is not None and not c.get("faulty", False)
+    ]
     if not accs:
         return None
     return float(np.mean(accs)), float(np.std(accs))
