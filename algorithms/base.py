@@ -173,9 +173,15 @@ class Strategy(ABC, Generic[S]):
     Optional hooks, all no-ops by default: `wants` + `on_describe` (clients
     describe their data once, only for a strategy that asks), `plan_probes`
     (model sharing between training and aggregation), `diagnostics` (what the
-    strategy decided, for the results), `folds` + `fold_weight` +
-    `aggregate_sums` (streaming aggregation, for a round that needs only
-    per-cluster sums of the deltas).
+    strategy decided, for the results), `fold_weight` + `aggregate_sums`
+    (streaming aggregation, for a round that needs only per-cluster sums of
+    the deltas, declared by `folds`).
+
+    Capabilities are declared as class attributes, never inferred from which
+    methods a class defines: `folds`, `honours_aggregator`, `supports_async`
+    and `async_only`. The scenario is checked against them before a run
+    starts (`scenarios/spec.py`) and the server reads `folds` through
+    `streams` alone.
     """
 
     name: ClassVar[str]
@@ -194,6 +200,67 @@ class Strategy(ABC, Generic[S]):
     built. `mean`, the default, is the algorithm's own weighted mean."""
     supports_async: ClassVar[bool] = False
     """Whether the strategy has an asynchronous mode (`absorb`)."""
+    async_only: ClassVar[bool] = False
+    """Whether the asynchronous mode is the strategy's only one (FedAsync,
+    FedBuff: their synchronous rounds would be FedAvg's under another name).
+    A scenario in `mode = "sync"` with such a strategy is refused. Needs
+    `supports_async` (TypeError at class creation otherwise)."""
+    folds: ClassVar[bool] = False
+    """Whether a round's `aggregate` needs only each cluster's weighted sum
+    of the accepted deltas. Then the server adds each delta to a running
+    `ClusterSums` as its reply is decided (in client order, weighted by
+    `fold_weight`), drops it, and calls `aggregate_sums` instead of
+    `aggregate`: memory holds one sum per cluster, not every client's update.
+    `aggregate_sums` must equal `aggregate` bit for bit (the conformance
+    suite checks it). False (the default): the server keeps every update of
+    the round until `aggregate` (DCFL's distances, CFL's and FedAC's splits,
+    OCFL, CAFA need them all). Under a robust `aggregator` no round folds,
+    whatever this says: the rule needs every update (`streams`).
+
+    A subclass that defines `aggregate` but not `aggregate_sums` while
+    inheriting `folds = True` is refused when the class is created
+    (TypeError): its `aggregate` would never be called. Set `folds = False`,
+    override `aggregate_sums` too, or declare `folds = True` in the same
+    class to vouch that the inherited `aggregate_sums` still equals it.
+    `folds = True` needs `fold_weight` and `aggregate_sums` (TypeError
+    otherwise)."""
+    honours_aggregator: ClassVar[bool] = False
+    """Whether `aggregate` passes the scenario's `aggregator` on, so that
+    `aggregator = "median"` (any rule but `mean`) changes how each cluster
+    folds its members' updates. A scenario with a rule other than `mean` and
+    a strategy that does not honour it is refused. False by default, and
+    False on a class that defines `aggregate` without declaring it in the
+    same class body: only the class that writes the aggregation can vouch
+    for it. It speaks of the synchronous rounds; the asynchronous mode's
+    buffers are weighted means, so a rule other than `mean` is refused there
+    for every strategy."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # Declarations are checked once, where the class is written, so a
+        # broken one fails at import with its fix, never in a run.
+        super().__init_subclass__(**kwargs)
+        body = vars(cls)
+        if "aggregate" in body and "honours_aggregator" not in body:
+            cls.honours_aggregator = False
+        if cls.async_only and not cls.supports_async:
+            raise TypeError(
+                f"{cls.__qualname__} declares async_only = True without"
+                " supports_async = True: set both or neither"
+            )
+        if not cls.folds:
+            return
+        if "aggregate" in body and not {"aggregate_sums", "folds"} & body.keys():
+            raise TypeError(
+                f"{cls.__qualname__} overrides aggregate but inherits"
+                " folds = True, so aggregate would never be called: set"
+                " folds = False or override aggregate_sums"
+            )
+        for hook in ("fold_weight", "aggregate_sums"):
+            if getattr(cls, hook) is getattr(Strategy, hook):
+                raise TypeError(
+                    f"{cls.__qualname__} declares folds = True without {hook}:"
+                    f" define {hook} or set folds = False"
+                )
 
     @property
     def initial_models(self) -> int:
@@ -256,17 +323,6 @@ class Strategy(ABC, Generic[S]):
         """Fold this round's updates into new cluster models (and assignment)."""
 
     # -- streaming aggregation (optional) --------------------------------------
-
-    def folds(self) -> bool:
-        """Whether this round's `aggregate` needs only each cluster's weighted
-        sum of the accepted deltas. Then the server adds each delta to a
-        running `ClusterSums` as its reply is decided (in client order,
-        weighted by `fold_weight`), drops it, and calls `aggregate_sums`
-        instead of `aggregate`: memory holds one sum per cluster, not every
-        client's update. False (the default): the server keeps every update
-        of the round until `aggregate` (DCFL's distances, CFL's and FedAC's
-        splits, OCFL, CAFA, the robust aggregators need them all)."""
-        return False
 
     def fold_weight(self, state: S, update: ClientUpdate) -> float:
         """Streaming aggregation: the weight of an accepted update of at
@@ -344,16 +400,9 @@ class Strategy(ABC, Generic[S]):
 
 
 def streams(strategy: Strategy[Any]) -> bool:
-    """Whether the server may fold `strategy`'s round (`Strategy.folds`):
-    it says it folds, and its `aggregate_sums` is defined where its
-    `aggregate` is or below it. A subclass that overrides `aggregate` alone
-    (to record, to check, to change it) expects it to be called, and is."""
-    if not strategy.folds():
-        return False
-    mro = type(strategy).__mro__
-    aggregate = next(k for k in mro if "aggregate" in vars(k))
-    sums = next(k for k in mro if "aggregate_sums" in vars(k))
-    return issubclass(sums, aggregate)
+    """Whether the server folds `strategy`'s rounds: it declares `folds`
+    and aggregates by the mean (a robust rule needs every update)."""
+    return strategy.folds and isinstance(strategy.aggregator, Mean)
 
 
 @dataclass(frozen=True)

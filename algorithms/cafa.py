@@ -137,6 +137,7 @@ class CAFA(Strategy[CAFAState]):
 
     name = "cafa"
     state_type = CAFAState
+    honours_aggregator = True
     wants: ClassVar[tuple[Want, ...]] = ("class_histogram",)
 
     def __init__(

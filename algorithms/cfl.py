@@ -148,6 +148,7 @@ class CFL(Strategy[CFLState]):
 
     name = "cfl"
     state_type = CFLState
+    honours_aggregator = True
 
     def __init__(
         self,

@@ -134,6 +134,7 @@ class DCFL(Buffered, Strategy[DCFLState]):
 
     name = "dcfl"
     state_type = DCFLState
+    honours_aggregator = True
     supports_async = True
 
     def __init__(

@@ -89,6 +89,7 @@ class FedAC(Strategy[FedACState]):
 
     name = "fedac"
     state_type = FedACState
+    honours_aggregator = True
 
     def __init__(
         self,

@@ -5,8 +5,8 @@ Xie, Koyejo, Gupta, "Asynchronous Federated Optimization", OPT workshop
 
 x ← (1 − α_τ) x + α_τ x_new, with α_τ = α · s(τ): x_new the client's trained
 model (the model it was sent plus its delta) and s a staleness function of τ,
-the server versions since that model was sent. In the synchronous mode it is
-FedAvg.
+the server versions since that model was sent. It runs in asynchronous mode
+only (`async_only`): its synchronous round would be FedAvg's.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ class FedAsync(FedAvg):
 
     name = "fedasync"
     supports_async = True
+    async_only = True
+    honours_aggregator = False
 
     def __init__(
         self,

@@ -12,7 +12,6 @@ import numpy as np
 
 from ._aggregate import ClusterSums, average_per_cluster, member_weight
 from .base import ClientInfo, ClientUpdate, ServerState, Strategy, TaskPlan
-from .robust import Mean
 
 
 class FedAvg(Strategy[ServerState]):
@@ -26,6 +25,8 @@ class FedAvg(Strategy[ServerState]):
 
     name = "fedavg"
     state_type = ServerState
+    folds = True
+    honours_aggregator = True
 
     def __init__(self, *, fraction: float = 1.0, server_lr: float = 1.0) -> None:
         if not 0 < fraction <= 1:
@@ -56,9 +57,6 @@ class FedAvg(Strategy[ServerState]):
             state.models, updates, server_lr=self.server_lr, aggregator=self.aggregator
         )
         return state.replace(models=models)
-
-    def folds(self) -> bool:
-        return isinstance(self.aggregator, Mean)  # robust rules need every update
 
     def fold_weight(self, state: ServerState, update: ClientUpdate) -> float:
         return member_weight(update, "weighted")

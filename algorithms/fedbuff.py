@@ -5,7 +5,8 @@ Buffered Asynchronous Aggregation", AISTATS 2022.
 
 Each arriving delta, weighted by a staleness function s(τ), is added to the
 buffer; when it holds K, the model moves by the server learning rate times
-their mean, and the buffer empties. In the synchronous mode it is FedAvg.
+their mean, and the buffer empties. It runs in asynchronous mode only
+(`async_only`): its synchronous round would be FedAvg's.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ class FedBuff(FedAvg):
     name = "fedbuff"
     state_type = FedBuffState
     supports_async = True
+    async_only = True
+    honours_aggregator = False
 
     def __init__(
         self,

@@ -108,6 +108,7 @@ class GradLoss(IFCALoop[GradLossState]):
 
     name = "gradloss"
     state_type = GradLossState
+    honours_aggregator = True
     identity = GradLossIdentity.name
 
     def __init__(

@@ -54,7 +54,6 @@ from .base import (
     TaskPlan,
 )
 from .fedavg import sample_clients
-from .robust import Mean
 
 
 class MinLoss(IdentityPolicy):
@@ -84,6 +83,8 @@ class IFCALoop(Strategy[S]):
     """
 
     identity: ClassVar[str] = MinLoss.name
+    folds = True
+    honours_aggregator = True
 
     def __init__(
         self,
@@ -145,9 +146,6 @@ class IFCALoop(Strategy[S]):
             state.models, ok, aggregator=self.aggregator, mean=self.mean
         )
         return state.replace(models=models, assignment=_moved(state, ok))
-
-    def folds(self) -> bool:
-        return isinstance(self.aggregator, Mean)  # robust rules need every update
 
     def fold_weight(self, state: S, update: ClientUpdate) -> float:
         """A client that left during the round counts for nothing."""

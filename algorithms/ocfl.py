@@ -98,6 +98,7 @@ class OCFL(Strategy[OCFLState]):
 
     name = "ocfl"
     state_type = OCFLState
+    honours_aggregator = True
 
     def __init__(
         self,

@@ -494,6 +494,35 @@ class Scenario(_Spec):
         return self
 
     @model_validator(mode="after")
+    def _capabilities_fit(self) -> Scenario:
+        # What the strategy declares (`Strategy.async_only`,
+        # `honours_aggregator`) decides; a run that would quietly ignore a
+        # setting config.json records is refused instead.
+        cls = resolve(self.algorithm)
+        if self.mode == "sync" and cls.async_only:
+            raise ValueError(
+                f"mode: {self.algorithm!r} has no synchronous mode;"
+                ' use mode = "async" (--set mode=async)'
+            )
+        rule = self.aggregator.kind
+        if rule == "mean":
+            return self
+        if self.mode == "async":
+            raise ValueError(
+                'aggregator: mode = "async" moves each cluster by its buffer\'s'
+                f' mean and would ignore aggregator = "{rule}"; use'
+                ' aggregator = "mean" or mode = "sync"'
+            )
+        if not cls.honours_aggregator:
+            have = ", ".join(n for n, c in algorithms().items() if c.honours_aggregator)
+            raise ValueError(
+                f"aggregator: {self.algorithm!r} does not honour"
+                f' aggregator = "{rule}" ({have} honour one); use'
+                ' aggregator = "mean"'
+            )
+        return self
+
+    @model_validator(mode="after")
     def _targets_exist(self) -> Scenario:
         total = self.clients + sum(n for _, n in self.joins())
         known = f"clients are 0..{total - 1}"

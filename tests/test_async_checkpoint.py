@@ -117,11 +117,12 @@ def test_an_async_run_with_a_trace_resumes_in_one_process(tmp_path: Path) -> Non
 
 
 def test_a_checkpoint_of_another_mode_is_refused(tmp_path: Path) -> None:
-    scenario = small_scenario(algorithm="fedasync", mode="async", rounds=3)
+    # IFCA has both modes (fedasync has no synchronous one).
+    scenario = small_scenario(algorithm="ifca", mode="async", rounds=3)
     clusterfed.run(scenario, out=tmp_path, workers=1, checkpoint_every=1)
     snapshot = read_checkpoint(tmp_path).server
     sync = Federation(
-        small_scenario(algorithm="fedasync", rounds=3),
+        small_scenario(algorithm="ifca", rounds=3),
         InlineRuntime(),
         tmp_path / "other",
         config={"scenario": {}},

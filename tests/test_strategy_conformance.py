@@ -26,6 +26,7 @@ def test_the_strategy_conforms(check: Check, name: str) -> None:
 # Strategies that each break one rule: the suite must catch every one.
 class MutatesItsInput(FedAvg):
     name = "conformance_mutates"
+    folds = False  # its own aggregate, never FedAvg's sums
 
     def aggregate(
         self,
@@ -42,6 +43,7 @@ class MutatesItsInput(FedAvg):
 
 class IgnoresItsUpdates(FedAvg):
     name = "conformance_ignores"
+    folds = False  # its own aggregate, never FedAvg's sums
 
     def aggregate(
         self,

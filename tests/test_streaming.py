@@ -167,7 +167,7 @@ def test_a_streamed_round_equals_one_whose_deltas_were_kept(
     assert [r["late_updates"] for r in streamed] == [0, 1, 1, 0]
 
     spy.calls.clear()
-    monkeypatch.setattr(cls, "folds", lambda self: False)
+    monkeypatch.setattr(cls, "folds", False)
     kept = _rows(tmp_path / "kept", **changes)
     assert spy.calls == ["aggregate"] * 4
     assert streamed == kept
@@ -230,9 +230,12 @@ def test_no_more_requests_are_outstanding_than_in_flight_allows() -> None:
 
 
 class _Recorded(FedAvg):
-    """FedAvg whose own `aggregate` records the deltas it gets."""
+    """FedAvg whose own `aggregate` records the deltas it gets: it declares
+    that it does not fold, as a subclass that overrides `aggregate` alone
+    must."""
 
     name = "recorded"
+    folds = False
     deltas: list[int] = []
 
     def aggregate(self, state: Any, round: int, updates: Any, rng: Any) -> Any:
@@ -240,7 +243,7 @@ class _Recorded(FedAvg):
         return super().aggregate(state, round, updates, rng)
 
 
-def test_a_subclass_that_overrides_aggregate_alone_gets_every_delta() -> None:
+def test_a_subclass_that_declares_it_does_not_fold_gets_every_delta() -> None:
     assert streams(FedAvg()) and streams(make("fedprox")) and streams(make("gradloss"))
     assert not streams(_Recorded()) and not streams(make("dcfl"))
     _Recorded.deltas.clear()
@@ -257,7 +260,7 @@ def test_a_subclass_that_overrides_aggregate_alone_gets_every_delta() -> None:
 
 def test_a_strategy_folds_only_when_it_says_so() -> None:
     dcfl = make("dcfl")  # needs every update: keeps the default
-    assert not dcfl.folds() and not streams(dcfl)
+    assert not dcfl.folds and not streams(dcfl)
     with pytest.raises(NotImplementedError, match="^dcfl does not fold its updates$"):
         dcfl.fold_weight(
             dcfl.init_state([np.zeros(3, np.float32)]), _update(0, np.zeros(3), 1)
@@ -272,7 +275,7 @@ def test_a_strategy_folds_only_when_it_says_so() -> None:
         )
     median = make("fedavg")
     median.aggregator = Median()
-    assert not median.folds() and not streams(median)
+    assert median.folds and not streams(median)  # a median needs every update
 
 
 # -- the sums and means of _aggregate.py, worked by hand ---------------------

@@ -62,6 +62,7 @@ class InterruptAt(FedAvg):
     resumed run in the same process goes on)."""
 
     name = "interrupt-at"
+    folds = False  # its own aggregate must run: it is where it interrupts
     fired = False
 
     def __init__(self, *, round: int = 1, fraction: float = 1.0) -> None:
