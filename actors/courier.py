@@ -84,15 +84,15 @@ class Courier:
     def in_flight(self) -> int:
         """Requests outstanding at once: `max_in_flight`, or by default
         `IN_FLIGHT_PER_HOST` for each host that computes at once (the
-        runtime's `parallelism`; a runtime that does not say counts as
+        runtime's `parallelism`; a runtime that cannot say counts as
         many), at most `MAX_IN_FLIGHT`. Each holds an encoded request and
         then a reply (a model each): with 1,000 Fashion-MNIST clients on 2
         workers, 16 kept the server at 1.2 GiB and 64 at 1.6 GiB, no slower
         (bench/RESULTS.md)."""
         if self.max_in_flight is not None:
             return self.max_in_flight
-        hosts = getattr(self.runtime, "parallelism", None)
-        if not isinstance(hosts, int) or hosts < 1:
+        hosts = self.runtime.parallelism
+        if hosts is None or hosts < 1:
             return MAX_IN_FLIGHT
         return min(MAX_IN_FLIGHT, IN_FLIGHT_PER_HOST * hosts)
 
@@ -162,11 +162,7 @@ class Courier:
     async def _deliver(self, client: ClientId, parts: tuple[bytes, bytes]) -> bytes:
         if client in self.unreachable:
             raise ClientUnreachable(self.unreachable[client])
-        request_parts = getattr(self.runtime, "request_parts", None)
-        if request_parts is not None:
-            reply = await request_parts(int(client), *parts)
-        else:
-            reply = await self.runtime.request(int(client), b"".join(parts))
+        reply = await self.runtime.request(int(client), *parts)
         if reply is None:  # the client does not answer: its reply never comes
             await asyncio.Event().wait()
         assert reply is not None

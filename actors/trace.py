@@ -216,7 +216,7 @@ class TracingRuntime:
 
     @property
     def parallelism(self) -> int | None:
-        return getattr(self.inner, "parallelism", None)
+        return self.inner.parallelism
 
     async def start(self) -> None:
         await self.inner.start()
@@ -230,10 +230,12 @@ class TracingRuntime:
     async def remove(self, client: int, reason: str) -> bytes:
         return await self.inner.remove(client, reason)
 
-    async def request(self, client: int, data: bytes) -> bytes | None:
-        self.writer.message("request", client, data)
+    async def request(self, client: int, head: bytes, body: bytes) -> bytes | None:
+        # The parts go on as they came: a runtime that sends a shared body to
+        # a host once still can when traced.
+        self.writer.message("request", client, head + body)
         try:
-            reply = await self.inner.request(client, data)
+            reply = await self.inner.request(client, head, body)
         except asyncio.CancelledError:  # the courier's timeout gave up on it
             self.writer.missing(client, "no reply")
             raise

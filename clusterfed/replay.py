@@ -69,6 +69,7 @@ class ReplayRuntime:
     """A runtime whose clients answer with what the trace recorded."""
 
     name = "replay"
+    parallelism = None  # nothing computes here: the replies are recorded
 
     def __init__(self, records: Sequence[TraceRecord], report: ReplayReport) -> None:
         self.report = report
@@ -102,7 +103,8 @@ class ReplayRuntime:
     async def remove(self, client: int, reason: str) -> bytes:
         return _next(self._leaves[client], f"leave of client {client}")
 
-    async def request(self, client: int, data: bytes) -> bytes | None:
+    async def request(self, client: int, head: bytes, body: bytes) -> bytes | None:
+        data = head + body
         self.report.requests += 1
         sent = to_json_form(data)
         found = self._requests.get(sent.get("msg_id"))

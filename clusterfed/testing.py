@@ -133,7 +133,12 @@ class ServerHarness:
 
     # -- the runtime the server sees -----------------------------------------------
 
-    async def request(self, client: int, data: bytes) -> bytes | None:
+    parallelism: int | None = None
+    """Hosts that compute at once, as a runtime declares them: None (the
+    courier's most requests in flight) unless a test sets it."""
+
+    async def request(self, client: int, head: bytes, body: bytes) -> bytes | None:
+        data = head + body
         try:
             envelope = decode(data)
         except ProtocolError as exc:  # the server sent something undecodable

@@ -119,11 +119,11 @@ class TamperingRuntime(InlineRuntime):
     def clients(self) -> dict[int, Client]:
         return self.host.clients
 
-    async def request(self, client: int, data: bytes) -> bytes | None:
-        reply = await super().request(client, data)
+    async def request(self, client: int, head: bytes, body: bytes) -> bytes | None:
+        reply = await super().request(client, head, body)
         if self.tamper is None or reply is None:
             return reply
-        return self.tamper(ClientId(client), data, reply)
+        return self.tamper(ClientId(client), head + body, reply)
 
 
 async def start_server(plan: RunPlan, runtime: Runtime) -> ParameterServer:

@@ -305,11 +305,11 @@ class SpyTransport(InlineRuntime):
         self.kinds: Counter[str] = Counter()
         self.by_client: dict[str, Counter[ClientId]] = {}
 
-    async def request(self, client: int, data: bytes) -> bytes | None:
-        kind = decode(data).payload.kind
+    async def request(self, client: int, head: bytes, body: bytes) -> bytes | None:
+        kind = decode(head + body).payload.kind
         self.kinds[kind] += 1
         self.by_client.setdefault(kind, Counter())[ClientId(client)] += 1
-        return await super().request(client, data)
+        return await super().request(client, head, body)
 
 
 MIX = IIDMixPartition(iid_fraction=0.5)

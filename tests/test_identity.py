@@ -186,11 +186,11 @@ def test_in_gradloss_the_server_takes_identities_from_the_clients() -> None:
     sent: list[TrainTask] = []
 
     class Rewriting(InlineRuntime):
-        async def request(self, client: int, data: bytes) -> bytes | None:
-            request = decode(data)
+        async def request(self, client: int, head: bytes, body: bytes) -> bytes | None:
+            request = decode(head + body)
             if isinstance(request.payload, TrainTask):
                 sent.append(request.payload)
-            reply = await super().request(client, data)
+            reply = await super().request(client, head, body)
             assert reply is not None
             env = decode(reply)
             if isinstance(env.payload, UpdateReply) and client == 0:

@@ -12,16 +12,21 @@ import numpy as np
 import pytest
 
 from clusterfed.actors import InlineRuntime, ProcessRuntime
-from clusterfed.actors.runtimes import processes
+from clusterfed.actors.host import ClientHost
+from clusterfed.actors.runtimes import frames, processes
 from clusterfed.actors.runtimes.processes import _Worker
+from clusterfed.actors.runtimes.worker import answer
+from clusterfed.actors.trace import TraceMode
 from clusterfed.federation import Federation, drive
 from clusterfed.scenarios import Scenario
 from helpers import small_scenario
 
 
-def final_models(tmp: Path, scenario: Scenario, runtime: Any) -> dict[int, np.ndarray]:
+def final_models(
+    tmp: Path, scenario: Scenario, runtime: Any, trace: TraceMode | None = None
+) -> dict[int, np.ndarray]:
     config = {"scenario": scenario.model_dump(mode="json")}
-    federation = Federation(scenario, runtime, tmp, config=config)
+    federation = Federation(scenario, runtime, tmp, config=config, trace=trace)
     asyncio.run(drive(federation))
     return dict(federation.server.state.models)
 
@@ -87,6 +92,22 @@ def test_a_model_crosses_to_each_worker_once_a_phase(
         np.testing.assert_array_equal(models[k], inline_models[k])
 
 
+def test_a_traced_run_still_sends_a_model_to_each_worker_once(
+    scenario: Scenario,
+    inline_models: dict[int, np.ndarray],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The tracing wrapper passes the request's parts on: joined, every
+    # model would cross to a worker with every request.
+    monkeypatch.setattr(processes, "KEEP_AT_LEAST", 1024)
+    count = FrameCount(monkeypatch)
+    models = final_models(tmp_path, scenario, ProcessRuntime(2), trace="headers")
+    assert count.cited > 2 * count.kept > 0
+    for k in models:
+        np.testing.assert_array_equal(models[k], inline_models[k])
+
+
 def test_a_worker_over_its_budget_forgets_the_oldest_and_the_run_is_the_same(
     scenario: Scenario,
     inline_models: dict[int, np.ndarray],
@@ -107,8 +128,8 @@ def test_a_worker_over_its_budget_forgets_the_oldest_and_the_run_is_the_same(
             self.transport = transport
 
         def write(self, data: bytes) -> None:
-            if bytes(data[:1]) == bytes([processes.FORGET]):
-                forgotten.append(processes._HEADER.unpack(bytes(data))[1])
+            if bytes(data[:1]) == bytes([frames.FORGET]):
+                forgotten.append(frames.HEADER.unpack(bytes(data))[1])
             self.transport.write(data)
 
         def __getattr__(self, name: str) -> Any:
@@ -127,13 +148,12 @@ def test_a_worker_over_its_budget_forgets_the_oldest_and_the_run_is_the_same(
 
 
 def test_a_worker_answers_a_citation_of_a_body_it_does_not_keep_with_an_error() -> None:
-    host = processes.ClientHost()
     with pytest.raises(LookupError, match="cites request body 7, which is not kept"):
-        processes._answer(
+        answer(
             asyncio.new_event_loop(),
-            host,
+            ClientHost(),
             {},
-            processes.CITE,
+            frames.CITE,
             1,
-            processes._KEY.pack(7) + b"head",
+            frames.KEY.pack(7) + b"head",
         )

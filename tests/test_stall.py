@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from clusterfed.actors import InlineRuntime, ProcessRuntime
-from clusterfed.actors.runtimes import processes
+from clusterfed.actors.runtimes import frames, worker
 from clusterfed.errors import ScenarioError
 from clusterfed.federation import Federation, build_server, drive
 from clusterfed.protocol import ProtocolError, decode
@@ -58,25 +58,25 @@ def break_worker_mid_reply(
     """The worker answering STALLING's train task of round ROUND sends half
     the reply's frame, then goes silent ("stall") or exits ("die"). Workers
     are forked after this, so they carry it."""
-    send = processes._send_frame
+    send = worker.send_frame
 
     def half_a_frame(
         sock: socket.socket, kind: int, client_id: int, body: bytes
     ) -> None:
         if (
-            kind == processes.REPLY
+            kind == frames.REPLY
             and client_id == STALLING
             and is_update_of_round(body, ROUND)
             and first_time(flag)
         ):
-            header = processes._HEADER.pack(kind, client_id, len(body))
+            header = frames.HEADER.pack(kind, client_id, len(body))
             sock.sendall(header + bytes(body[: len(body) // 2]))
             if how == "die":
                 os._exit(1)
             signal.pause()  # until the runtime kills it
         send(sock, kind, client_id, body)
 
-    monkeypatch.setattr(processes, "_send_frame", half_a_frame)
+    monkeypatch.setattr(worker, "send_frame", half_a_frame)
 
 
 def run(folder: Path, scenario: Scenario) -> tuple[list[dict[str, Any]], float]:
@@ -193,7 +193,7 @@ def test_an_inline_request_whose_time_ran_out_while_it_waited_is_not_served() ->
 
     async def two_at_once() -> list[Any]:
         return await asyncio.gather(
-            *(asyncio.wait_for(runtime.request(c, b""), 5.0) for c in (0, 1)),
+            *(asyncio.wait_for(runtime.request(c, b"", b""), 5.0) for c in (0, 1)),
             return_exceptions=True,
         )
 

@@ -193,9 +193,10 @@ def test_a_fraction_deadline_and_a_robust_aggregator_keep_every_delta(
 
 
 class _Hosts:
+    """The one thing `Courier.in_flight` reads of a runtime."""
+
     def __init__(self, parallelism: int | None) -> None:
-        if parallelism is not None:
-            self.parallelism = parallelism
+        self.parallelism = parallelism
 
 
 @pytest.mark.parametrize(
@@ -211,7 +212,7 @@ def test_requests_in_flight_follow_the_runtimes_hosts(
 
 def test_no_more_requests_are_outstanding_than_in_flight_allows() -> None:
     harness = ServerHarness(small_scenario(clients=20, rounds=1))
-    harness.parallelism = 1  # type: ignore[attr-defined]
+    harness.parallelism = 1
     outstanding, most = [0], [0]
 
     async def answer(request: Request) -> bytes | None:

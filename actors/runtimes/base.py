@@ -4,14 +4,15 @@ A runtime knows nothing of rounds, deadlines, reachability or timeouts: the
 server's courier (`actors/courier.py`) decides who is reachable, how long to
 wait and what a missing reply means, the same way above every runtime.
 
-A runtime may also say how many hosts compute at once (`parallelism`, an
-int); the courier keeps that many times 8 requests in flight (at most 64),
-64 when a runtime does not say.
+A runtime says how many hosts compute at once (`parallelism`); the courier
+keeps that many times 8 requests in flight (at most 64), 64 when the runtime
+cannot say (None).
 
-A runtime may also take a request in two parts, `request_parts(client, head,
-body)`, the same as `request(client, head + body)`: the body (the packed
-payload, often a model) is one bytes object for every client that gets the
-same payload, so a runtime can send it to a host once and refer to it after.
+A request comes in two parts, `request(client, head, body)`, and the client
+receives `head + body`: the body (the packed payload, often a model) is one
+bytes object for every client that gets the same payload, so a runtime can
+send it to a host once and refer to it after, and none has to copy a model
+into one buffer with its header.
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ class Runtime(Protocol):
 
     name: str
 
+    @property
+    def parallelism(self) -> int | None:
+        """How many hosts compute at once; None when the runtime cannot say."""
+        ...
+
     async def start(self) -> None:
         """Get ready to host clients (start workers, connect to Ray)."""
         ...
@@ -49,10 +55,11 @@ class Runtime(Protocol):
         """Stop hosting a client; returns the encoded leave notice it sends."""
         ...
 
-    async def request(self, client: int, data: bytes) -> bytes | None:
-        """Deliver an encoded request; the encoded reply, or None if the client
-        does not answer (a hung faulty client). Raises what the runtime raises
-        when the client cannot answer (a dead worker or actor)."""
+    async def request(self, client: int, head: bytes, body: bytes) -> bytes | None:
+        """Deliver the encoded request `head + body` (`body` may be empty);
+        the encoded reply, or None if the client does not answer (a hung
+        faulty client). Raises what the runtime raises when the client cannot
+        answer (a dead worker or actor)."""
         ...
 
     async def states(self) -> dict[int, Any]:

@@ -1,11 +1,33 @@
-"""The event loop's end of a worker's socket: frames in, flow control out.
+"""The frames between the event loop and a forked worker, and the loop's
+reader of them.
 
 A frame is a header (kind, 1 byte; client id, 8; body length, 8; little
-endian) and its body. `FrameReader` is an asyncio buffered protocol: the
-socket's bytes land directly in the buffer of the frame they belong to, one
-copy from the kernel, where a `StreamReader` copies a body three times (into
-its buffer, out of it, and the buffer's remainder down). With 1,000
-Fashion-MNIST clients that is 2 GB a round of replies through this process.
+endian) and its body. Frames carry the encoded protocol message unchanged,
+though a large request body (a model that many clients get) crosses to a
+worker once and is cited by its key after; the worker rebuilds the very
+bytes the client would have received:
+
+    join:     body = the client's spec as JSON    → reply: its join request
+    register: body = the client's spec as JSON    (no reply; a new spec, or a
+                                                    client a new worker lost)
+    leave:    body = the reason                   → reply: its leave notice
+    deliver:  body = an encoded request           → reply: the encoded reply,
+                                                    or no-reply (empty body)
+    keep:     client id = a key, body = bytes     (no reply; a request body)
+    forget:   client id = a key, empty body       (no reply; drops the body)
+    cite:     body = key (8) + a request's head   → as deliver, for the request
+                                                    head + the kept body
+    state:    empty body                          → reply: the client's state
+    restore:  body = a state                      → reply: empty
+    error:    body = a text, from a worker that could not serve a frame
+
+Every frame that wants a reply is answered by exactly one frame, in order.
+
+`FrameReader` is an asyncio buffered protocol: the socket's bytes land
+directly in the buffer of the frame they belong to, one copy from the kernel,
+where a `StreamReader` copies a body three times (into its buffer, out of it,
+and the buffer's remainder down). With 1,000 Fashion-MNIST clients that is
+2 GB a round of replies through this process.
 """
 
 from __future__ import annotations
@@ -15,6 +37,23 @@ import struct
 from collections.abc import Callable
 
 HEADER = struct.Struct("<BQQ")
+KEY = struct.Struct("<Q")
+"""A kept body's key, first in a cite frame's body."""
+(
+    REGISTER,
+    DELIVER,
+    REPLY,
+    ERROR,
+    STOP,
+    NO_REPLY,
+    STATE,
+    RESTORE,
+    JOIN,
+    LEAVE,
+    KEEP,
+    FORGET,
+    CITE,
+) = range(1, 14)
 
 
 class FrameReader(asyncio.BufferedProtocol):

@@ -49,13 +49,13 @@ class InlineRuntime:
     async def remove(self, client: int, reason: str) -> bytes:
         return self.host.remove(client, reason)
 
-    async def request(self, client: int, data: bytes) -> bytes | None:
+    async def request(self, client: int, head: bytes, body: bytes) -> bytes | None:
         # One at a time, each checked just before it starts: requests sent
         # together would otherwise all pass the check before the first step
         # blocked the loop.
         async with self._serving():
             await _due_timers_first()
-            reply = await self.host.handle(client, data)
+            reply = await self.host.handle(client, head + body)
         await _due_timers_first()
         return reply
 

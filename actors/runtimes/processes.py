@@ -1,38 +1,16 @@
 """The processes runtime (the local default): client actors in forked workers.
 
-Each worker is a forked process that computes on one thread (torch's and
-BLAS's) with one `ClientHost`, hosting a fixed share of the clients. A
-client stays on the worker it was first given, so whatever it keeps between
-rounds (a privacy accountant, say) stays with it; a new client goes to the
-worker with the fewest training samples, which balances the rounds. Training
-and the client half of the codec run on all cores. Requests are pipelined: a
-worker finds its next request waiting as soon as it replies. Between the event
-loop and a worker, frames carry the encoded protocol message unchanged, though
-a large request body (a model that many clients get, see `request_parts`)
-crosses to a worker once and is cited by its key after; the worker rebuilds
-the very bytes the client would have received:
-
-    header: kind (1 byte), client id (8), body length (8), little-endian
-    join:     body = the client's spec as JSON    → reply: its join request
-    register: body = the client's spec as JSON    (no reply; a new spec, or a
-                                                    client a new worker lost)
-    leave:    body = the reason                   → reply: its leave notice
-    deliver:  body = an encoded request           → reply: the encoded reply,
-                                                    or no-reply (empty body)
-    keep:     client id = a key, body = bytes     (no reply; a request body)
-    forget:   client id = a key, empty body       (no reply; drops the body)
-    cite:     body = key (8) + a request's head   → as deliver, for the request
-                                                    head + the kept body
-    state:    empty body                          → reply: the client's state
-    restore:  body = a state                      → reply: empty
-    error:    body = a text, from a worker that could not serve a frame
-
-Every deliver is answered by exactly one frame, in order, so a faulty client
-that does not answer (`faults.py`) still gets a no-reply frame: the worker goes
-on serving the requests behind it, and only the hung client's request waits
-(until the server's task timeout). A client's state (its privacy accountant,
-a faulty client's memory) travels pickled: it is this process's own data on
-its way to its own forked worker, never a message from a peer.
+Each worker (`worker.py`) is a forked process that computes on one thread
+(torch's and BLAS's) with one `ClientHost`, hosting a fixed share of the
+clients. A client stays on the worker it was first given, so whatever it keeps
+between rounds (a privacy accountant, say) stays with it; a new client goes to
+the worker with the fewest training samples, which balances the rounds.
+Training and the client half of the codec run on all cores. Requests are
+pipelined: a worker finds its next request waiting as soon as it replies.
+Between the event loop and a worker, frames (`frames.py`) carry the encoded
+protocol message unchanged, though a large request body (a model that many
+clients get) crosses to a worker once and is cited by its key after. A hung
+client's request waits (the server's task timeout), not those behind it.
 
 A worker that stalls (half a frame, then silence) or dies is replaced, so it
 costs its clients one round, not the run. A request the server stops waiting
@@ -43,26 +21,17 @@ asked; its clients are registered on the new worker from their specs and
 given back what they kept (`Client.state`: a privacy accountant, a faulty
 client's memory), fetched with each of their replies, as a checkpoint's
 `restore` gives it back.
-
-A worker ends with the process that started it, however that one ends: it
-holds only its own end of its socket (so the other end's close reaches it as
-end of file), and on Linux the kernel kills it when its parent dies
-(`PR_SET_PDEATHSIG`), even in the middle of training.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import importlib
 import multiprocessing
 import os
 import pickle
-import signal
 import socket
-import struct
-import sys
 from collections import deque
 from collections.abc import Mapping, Sequence
 from multiprocessing.process import BaseProcess
@@ -73,30 +42,13 @@ import torch
 from clusterfed.types import ClientId
 
 from ..client import keeps_state
-from ..faults import load_spec
-from ..host import ClientHost, compute_on_one_thread
 from ..spec import ClientSpec
+from . import frames
 from .base import KEEP_AT_LEAST, KEPT_BYTES
-from .frames import HEADER, FrameReader
+from .frames import HEADER, KEY, FrameReader
+from .worker import serve
 
-_HEADER = HEADER
 _BUFFER = 8 * 1024 * 1024
-(
-    REGISTER,
-    DELIVER,
-    REPLY,
-    ERROR,
-    STOP,
-    NO_REPLY,
-    STATE,
-    RESTORE,
-    JOIN,
-    LEAVE,
-    KEEP,
-    FORGET,
-    CITE,
-) = range(1, 14)
-_KEY = struct.Struct("<Q")
 
 
 class WorkerDied(ConnectionError):
@@ -113,7 +65,7 @@ class _Worker:
             end.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _BUFFER)
         context = multiprocessing.get_context("fork")
         self.process: BaseProcess = context.Process(
-            target=_serve,
+            target=serve,
             args=(theirs, ours, os.getpid()),
             name=f"clusterfed-worker-{index}",
             daemon=True,
@@ -169,12 +121,12 @@ class _Worker:
         state: asyncio.Future[bytes | None] = loop.create_future()
         try:
             if len(body) < KEEP_AT_LEAST or len(body) > KEPT_BYTES:
-                await self._send(spec, DELIVER, (head, body), reply)
+                await self._send(spec, frames.DELIVER, (head, body), reply)
             else:
-                key = _KEY.pack(self._keep(body))
-                await self._send(spec, CITE, (key, head), reply)
+                key = KEY.pack(self._keep(body))
+                await self._send(spec, frames.CITE, (key, head), reply)
             if keeps_state(spec):
-                await self._send(spec, STATE, (), state)
+                await self._send(spec, frames.STATE, (), state)
             answer = await reply
             if keeps_state(spec):
                 kept = await state
@@ -195,32 +147,32 @@ class _Worker:
             oldest = next(iter(self.kept))
             key, dropped = self.kept.pop(oldest)
             self.kept_bytes -= len(dropped)
-            self.writer.write(_HEADER.pack(FORGET, key, 0))
+            self.writer.write(HEADER.pack(frames.FORGET, key, 0))
         key, self.next_key = self.next_key, self.next_key + 1
         self.kept[id(body)] = (key, body)
         self.kept_bytes += len(body)
-        self.writer.writelines([_HEADER.pack(KEEP, key, len(body)), body])
+        self.writer.writelines([HEADER.pack(frames.KEEP, key, len(body)), body])
         return key
 
     async def join(self, spec: ClientSpec) -> bytes:
         self.known[spec.id] = spec
-        reply = await self._ask(spec, JOIN, spec.model_dump_json().encode())
+        reply = await self._ask(spec, frames.JOIN, spec.model_dump_json().encode())
         assert reply is not None
         return reply
 
     async def leave(self, spec: ClientSpec, reason: str) -> bytes:
-        reply = await self._ask(spec, LEAVE, reason.encode())
+        reply = await self._ask(spec, frames.LEAVE, reason.encode())
         self.known.pop(spec.id, None)
         self.states.pop(spec.id, None)
         assert reply is not None
         return reply
 
     async def state(self, spec: ClientSpec) -> Any:
-        reply = await self._ask(spec, STATE, b"")
+        reply = await self._ask(spec, frames.STATE, b"")
         return pickle.loads(reply) if reply else None
 
     async def restore(self, spec: ClientSpec, state: Any) -> None:
-        await self._ask(spec, RESTORE, pickle.dumps(state))
+        await self._ask(spec, frames.RESTORE, pickle.dumps(state))
         self.states[spec.id] = state
 
     async def _ask(self, spec: ClientSpec, kind: int, *data: bytes) -> bytes | None:
@@ -244,10 +196,10 @@ class _Worker:
             raise WorkerDied(f"worker process {self.index} died")
         if self.known.get(spec.id) is not spec:
             body = spec.model_dump_json().encode()
-            self.writer.write(_HEADER.pack(REGISTER, spec.id, len(body)) + body)
+            self.writer.write(HEADER.pack(frames.REGISTER, spec.id, len(body)) + body)
             self.known[spec.id] = spec
         size = sum(len(part) for part in data)
-        self.writer.writelines([_HEADER.pack(kind, spec.id, size), *data])
+        self.writer.writelines([HEADER.pack(kind, spec.id, size), *data])
         self._waiting.append(reply)
         try:
             await self._frames.drain()
@@ -258,13 +210,13 @@ class _Worker:
         reply = self._waiting.popleft()
         if reply.cancelled():  # the server stopped waiting (a timeout)
             return
-        if kind == ERROR:
+        if kind == frames.ERROR:
             text = body.decode(errors="replace")
             reply.set_exception(RuntimeError(f"worker {self.index}: {text}"))
         else:
             # A bytearray where bytes are promised: it is this reply's own
             # buffer, read once, and the codec takes either.
-            reply.set_result(None if kind == NO_REPLY else body)  # type: ignore[arg-type]
+            reply.set_result(None if kind == frames.NO_REPLY else body)  # type: ignore[arg-type]
 
     def _lost(self) -> None:
         while self._waiting:
@@ -275,7 +227,7 @@ class _Worker:
     async def stop(self) -> None:
         if self.writer is not None and self._frames is not None and not self.killed:
             try:
-                self.writer.write(_HEADER.pack(STOP, 0, 0))
+                self.writer.write(HEADER.pack(frames.STOP, 0, 0))
                 await self._frames.drain()
             except ConnectionError:
                 pass
@@ -343,15 +295,10 @@ class ProcessRuntime:
         self.home.pop(ClientId(client))
         return await worker.leave(spec, reason)
 
-    async def request(self, client: int, data: bytes) -> bytes | None:
-        """The client's reply; None if it does not answer."""
-        return await self.request_parts(client, data, b"")
-
-    async def request_parts(
-        self, client: int, head: bytes, body: bytes
-    ) -> bytes | None:
-        """The client's reply to `head + body`; a large body crosses to each
-        worker once while the worker keeps it (`KEPT_BYTES`)."""
+    async def request(self, client: int, head: bytes, body: bytes) -> bytes | None:
+        """The client's reply to `head + body`, None if it does not answer;
+        a large body crosses to each worker once while the worker keeps it
+        (`KEPT_BYTES`)."""
         spec = self.specs.get(ClientId(client))
         if spec is None:
             raise LookupError(f"no client {client} in this runtime")
@@ -446,101 +393,3 @@ def _abandon(future: asyncio.Future[Any]) -> None:
         future.cancel()
     elif not future.cancelled():
         future.exception()
-
-
-def _die_with_parent(parent: int) -> None:
-    """Have the kernel kill this process when its parent dies (Linux)."""
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # it died before the request took hold
-        os._exit(0)
-
-
-def _serve(sock: socket.socket, parents_end: socket.socket, parent: int) -> None:
-    """A worker's loop: build clients from specs, answer their requests."""
-    _die_with_parent(parent)
-    parents_end.close()  # else the parent's death would never read as EOF here
-    compute_on_one_thread()
-    loop = asyncio.new_event_loop()
-    host = ClientHost()
-    kept: dict[int, bytes] = {}
-    with sock:
-        while True:
-            header = _read_exactly(sock, _HEADER.size)
-            if header is None:
-                return
-            kind, client_id, size = _HEADER.unpack(header)
-            body = _read_exactly(sock, size) if size else b""
-            if body is None or kind == STOP:
-                return
-            if kind == KEEP:
-                kept[client_id] = body
-                continue
-            if kind == FORGET:
-                kept.pop(client_id, None)
-                continue
-            if kind == REGISTER:
-                spec = load_spec(body)
-                if client_id in host.clients:
-                    host.update(spec)  # it keeps its memory
-                else:
-                    host.add([spec])  # a client this (new) worker lost
-                continue
-            try:
-                answer = _answer(loop, host, kept, kind, client_id, body)
-            except Exception as exc:
-                text = f"{type(exc).__name__}: {exc}".encode()
-                _send_frame(sock, ERROR, client_id, text)
-                continue
-            if answer is None:  # a faulty client that does not answer
-                _send_frame(sock, NO_REPLY, client_id, b"")
-            else:
-                _send_frame(sock, REPLY, client_id, answer)
-
-
-def _send_frame(sock: socket.socket, kind: int, client_id: int, body: bytes) -> None:
-    """A worker's answer: its header, then its body (not copied into one)."""
-    sock.sendall(_HEADER.pack(kind, client_id, len(body)))
-    if body:
-        sock.sendall(body)
-
-
-def _answer(
-    loop: asyncio.AbstractEventLoop,
-    host: ClientHost,
-    kept: Mapping[int, bytes],
-    kind: int,
-    client_id: int,
-    body: bytes,
-) -> bytes | None:
-    """A worker's answer to one frame that wants one."""
-    if kind == CITE:
-        (key,) = _KEY.unpack_from(body)
-        if key not in kept:
-            raise LookupError(f"cites request body {key}, which is not kept here")
-        kind, body = DELIVER, body[_KEY.size :] + kept[key]
-    match kind:
-        case 9:  # JOIN
-            return host.add([load_spec(body)])[0]
-        case 10:  # LEAVE
-            return host.remove(client_id, body.decode())
-        case 2:  # DELIVER
-            return loop.run_until_complete(host.handle(client_id, body))
-        case 7:  # STATE
-            return pickle.dumps(host.states([client_id]).get(client_id))
-        case 8:  # RESTORE
-            host.restore({client_id: pickle.loads(body)})
-            return b""
-    raise ValueError(f"frame kind {kind} for client {client_id} not understood")
-
-
-def _read_exactly(sock: socket.socket, size: int) -> bytes | None:
-    buffer = bytearray(size)
-    view = memoryview(buffer)
-    while view:
-        received = sock.recv_into(view)
-        if received == 0:
-            return None
-        view = view[received:]
-    return bytes(buffer)

@@ -176,27 +176,24 @@ class RayRuntime:
         notice: bytes = await self.home.pop(client).remove.remote(client, reason)
         return notice
 
-    async def request(self, client: int, data: bytes) -> bytes | None:
-        host = self.home.get(client)
-        if host is None:
-            raise LookupError(f"no client {client} in this runtime")
-        reply: bytes | None = await host.handle.remote(client, data)
-        return reply
+    @property
+    def parallelism(self) -> int | None:
+        """Not known here: Ray places the hosts over the cluster's CPUs (a
+        host reserves none) and several may share one."""
+        return None
 
-    async def request_parts(
-        self, client: int, head: bytes, body: bytes
-    ) -> bytes | None:
-        """`request(client, head + body)`; a large body (a model many clients
-        get) goes into Ray's object store once, and each host reads it from
-        there (once per node) instead of with every call."""
-        if not KEEP_AT_LEAST <= len(body) <= KEPT_BYTES:
-            return await self.request(client, head + body)
+    async def request(self, client: int, head: bytes, body: bytes) -> bytes | None:
+        """The client's reply to `head + body`; a large body (a model many
+        clients get) goes into Ray's object store once, and each host reads
+        it from there (once per node) instead of with every call."""
         host = self.home.get(client)
         if host is None:
             raise LookupError(f"no client {client} in this runtime")
-        reply: bytes | None = await host.handle_parts.remote(
-            client, head, self._stored(body)
-        )
+        reply: bytes | None
+        if KEEP_AT_LEAST <= len(body) <= KEPT_BYTES:
+            reply = await host.handle_parts.remote(client, head, self._stored(body))
+        else:
+            reply = await host.handle.remote(client, head + body)
         return reply
 
     def _stored(self, body: bytes) -> Any:
