@@ -18,7 +18,7 @@ import json
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tqdm.auto import tqdm
 
@@ -380,8 +380,26 @@ class Federation:
         return splits if cbcc is None else {**splits, "cbcc": cbcc}
 
 
+class RunsRounds(Protocol):
+    """What `drive` runs: a `Federation`, or a `RemoteFederation` that runs
+    one in a Ray actor (which imports Ray, so it is not named here)."""
+
+    scenario: Scenario
+    out: Path
+
+    async def start(self) -> int: ...
+
+    async def step(self, round: int) -> Row: ...
+
+    async def finish(
+        self, *, interrupted: bool = False
+    ) -> tuple[dict[str, Any], list[Row]]: ...
+
+    async def close(self) -> None: ...
+
+
 async def drive(
-    federation: Federation | Any,
+    federation: RunsRounds,
     *,
     progress: bool = False,
     on_round: OnRound | None = None,
