@@ -65,9 +65,14 @@ def unsent_cluster(payload: dict[str, Any], delta: np.ndarray) -> None:
     payload["cluster"] = 99
 
 
+def garbage(reply: bytes) -> bytes:
+    """The reference of a refusal by the codec: bytes that are no message."""
+    return b"\xc1" + reply[1:]
+
+
 def run(
     mode: str,
-    forge: Forge,
+    forge: Forge | Callable[[bytes], bytes],
     *,
     rounds: int = 4,
     join_n_train: int | None = None,
@@ -84,7 +89,7 @@ def run(
         **changes,
     )
     harness = ServerHarness(scenario)
-    rewrite = forged(forge)
+    rewrite = forge if forge is garbage else forged(forge)  # type: ignore[arg-type]
 
     async def answer(request: Request) -> bytes | None:
         reply = await harness.honest(request)
@@ -136,20 +141,60 @@ def hostile_refusals(outcomes: list[RoundOutcome]) -> list[str]:
             lambda p, d: p.update(delta=np.full_like(d, 1e30)),
             "max_update_ratio bounds it",
         ),
+        (lambda p, d: p.update(n_samples=0), "n_samples 0 is outside [1, "),
+        (lambda p, d: p.update(delta=d[:-1]), "delta has shape"),
+        (lambda p, d: p.update(delta=d * 1e3), "above max_update_norm = 50"),
+        (lambda p, d: p.update(cluster=7), "update for cluster 7, which was not sent"),
     ],
-    ids=["more samples than n_train", "one 3e38", "1e30 all"],
+    ids=[
+        "more samples than n_train",
+        "one 3e38",
+        "1e30 all",
+        "no samples",
+        "short delta",
+        "over the norm bound",
+        "unsent cluster",
+    ],
 )
 def test_a_lie_is_refused_alike_in_sync_and_async_mode(
     mode: str, forge: Forge, reason: str
 ) -> None:
-    server, outcomes = run(mode, forge)
-    reference, expected = run(mode, unsent_cluster)
+    # A norm bound of 50 for its own case only: the ratio guard comes after it.
+    bound = 50.0 if reason.startswith("above max_update_norm") else None
+    server, outcomes = run(mode, forge, max_update_norm=bound)
+    reference, expected = run(mode, unsent_cluster, max_update_norm=bound)
     refusals = hostile_refusals(outcomes)
     assert refusals and all(reason in r for r in refusals), refusals
     assert len(refusals) == len(hostile_refusals(expected))
     assert_same_models(server, reference)
     for model in server.state.models.values():
         assert np.isfinite(model).all()
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    ("forge", "reason"),
+    [
+        (lambda p, d: p.update(n_samples=2**63), "less than or equal"),
+        (lambda p, d: p.update(n_samples="12"), "Input should be a valid integer"),
+        (lambda p, d: p.update(n_samples=4.0), "Input should be a valid integer"),
+        (lambda p, d: p.update(delta=np.full_like(d, np.nan)), "NaN"),
+        (lambda p, d: p.update(compute_s=1e300), "compute_s"),
+        (lambda p, d: p.update(admin=True), "admin"),
+    ],
+    ids=["2**63 samples", "count as text", "count as float", "NaN", "eon", "field"],
+)
+def test_a_malformed_update_is_refused_alike_in_sync_and_async_mode(
+    mode: str, forge: Forge, reason: str
+) -> None:
+    # Refused by the codec, before any judge: the reference is an update
+    # that is no message at all.
+    server, outcomes = run(mode, forge)
+    reference, expected = run(mode, garbage)
+    refusals = hostile_refusals(outcomes)
+    assert refusals and all(reason in r for r in refusals), refusals
+    assert len(refusals) == len(hostile_refusals(expected))
+    assert_same_models(server, reference)
 
 
 @pytest.mark.parametrize("mode", MODES)
