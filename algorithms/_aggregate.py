@@ -52,8 +52,23 @@ def weighted_mean(
         raise ValueError("weighted_mean needs vectors with a positive total weight")
     acc = np.zeros(vectors[0].shape, dtype=np.float64)
     for vector, weight in zip(vectors, weights, strict=True):
-        acc += float(weight) * vector
+        acc += scaled(vector, weight)
     return acc / total
+
+
+def scaled(vector: np.ndarray, weight: float) -> np.ndarray:
+    """`weight` × `vector`, to be added to a float64 sum.
+
+    In the vector's own dtype, as the sums were always formed (so every
+    result stays bit for bit), unless that overflows: then in float64. A
+    float32 delta near its dtype's limit times a large sample count was Inf,
+    and every aggregation of the run was refused.
+    """
+    with np.errstate(over="ignore"):  # an overflow is caught just below
+        product = float(weight) * vector
+    if product.dtype != np.float64 and not np.isfinite(product).all():
+        return np.multiply(vector, weight, dtype=np.float64)
+    return product
 
 
 class ClusterSums:
@@ -80,7 +95,7 @@ class ClusterSums:
         acc = self._sums.get(cluster)
         if acc is None:
             acc = self._sums[cluster] = np.zeros(delta.shape, dtype=np.float64)
-        acc += float(weight) * delta
+        acc += scaled(delta, weight)
         self._weights[cluster] = self._weights.get(cluster, 0.0) + float(weight)
 
     @property

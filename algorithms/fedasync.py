@@ -26,7 +26,8 @@ class FedAsync(FedAvg):
         staleness: "constant", "polynomial" ((τ+1)^−a) or "hinge" (1 up to
             τ = b, then 1/(a(τ−b)+1)).
         a, b: the staleness function's parameters.
-        fraction, server_lr: as FedAvg's, for the synchronous mode.
+        fraction, server_lr: kept for FedAvg's signature; FedAsync has no
+            synchronous mode (`async_only`), so neither is used.
     """
 
     name = "fedasync"

@@ -37,9 +37,9 @@ class FedBuff(FedAvg):
         staleness: "constant" (the paper's default), "polynomial" or "hinge"
             (see FedAsync).
         a, b: the staleness function's parameters.
-        server_lr: η_g, the step on the buffer's mean (also FedAvg's in the
-            synchronous mode).
-        fraction: as FedAvg's, for the synchronous mode.
+        server_lr: η_g, the step on the buffer's mean.
+        fraction: kept for FedAvg's signature; FedBuff has no synchronous
+            mode (`async_only`), so it is not used.
     """
 
     name = "fedbuff"

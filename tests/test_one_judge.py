@@ -22,10 +22,11 @@ import pytest
 import torch
 
 from clusterfed.actors import ParameterServer, RoundOutcome
+from clusterfed.algorithms._aggregate import ClusterSums, scaled, weighted_mean
 from clusterfed.protocol import decode, encode
 from clusterfed.protocol.tensor import TENSOR_EXT, pack_tensor
 from clusterfed.testing import Request, ServerHarness
-from clusterfed.types import ClientId
+from clusterfed.types import ClientId, ClusterId
 from helpers import small_scenario
 
 HOSTILE = ClientId(2)
@@ -244,3 +245,22 @@ def test_an_undecodable_reply_in_async_mode_rests_its_client_instead_of_spinning
     refusals = hostile_refusals(outcomes)
     assert refusals and all("valid integer" in r for r in refusals)
     assert len(refusals) <= 3  # at most one a round: it rests until the next
+
+
+def test_a_weighted_sum_that_overflows_float32_is_formed_in_float64() -> None:
+    # With the guards lifted: 2**31 - 1 samples times a coordinate at 3e38
+    # was Inf in float32, and the mean of the cluster with it.
+    delta = np.array([3e38, 1.0], dtype=np.float32)
+    other = np.array([-1.0, 1.0], dtype=np.float32)
+    weight = float(2**31 - 1)
+    sums = ClusterSums()
+    sums.add(ClusterId(0), delta, weight)
+    sums.add(ClusterId(0), other, 1.0)
+    expected = (np.float64(delta[0]) * weight - 1.0) / (weight + 1.0)
+    mean = sums.mean(ClusterId(0))
+    assert np.isfinite(mean).all()
+    np.testing.assert_allclose(mean[0], expected, rtol=1e-12)
+    np.testing.assert_array_equal(weighted_mean([delta, other], [weight, 1.0]), mean)
+    # Where float32 holds the product, it is formed as it always was.
+    honest = np.array([0.5, -0.25], dtype=np.float32)
+    np.testing.assert_array_equal(scaled(honest, 3.0), np.float32(3.0) * honest)
