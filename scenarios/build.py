@@ -38,14 +38,14 @@ from clusterfed.protocol import TrainConfig
 from clusterfed.seeding import derive_seed, numpy_rng
 
 from .events import Join
-from .spec import (
+from .partitions import (
     ClassTablePartition,
     DirichletPartition,
     IIDMixPartition,
     IIDPartition,
-    Scenario,
     ShardsPartition,
 )
+from .spec import Scenario
 from .transforms import GroupTransforms
 
 # Keys of the independent random streams under the scenario seed.

@@ -8,7 +8,9 @@ from clusterfed.actors.clock import DeviceProfile
 from clusterfed.protocol import TrainConfig
 
 from . import papers, papers_fmnist
-from .spec import DatasetSpec, DirichletPartition, Faulty, ModelSpec, Scenario
+from .faults import Faulty
+from .partitions import DirichletPartition
+from .spec import DatasetSpec, ModelSpec, Scenario
 
 
 def quickstart() -> Scenario:

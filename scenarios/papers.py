@@ -10,17 +10,16 @@ from __future__ import annotations
 from clusterfed.protocol import TrainConfig
 
 from .events import Drift, Join
-from .spec import (
+from .partitions import (
     ClassTablePartition,
     DirichletPartition,
-    DPSpec,
     IIDMixPartition,
     IIDPartition,
-    ModelSpec,
     Partition,
-    Scenario,
     ShardsPartition,
 )
+from .privacy import DPSpec
+from .spec import ModelSpec, Scenario
 from .transforms import RotationTransform
 
 

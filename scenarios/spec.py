@@ -10,195 +10,61 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from clusterfed.actors import DeviceProfile
 from clusterfed.actors.availability import AlwaysOnline, Availability
 from clusterfed.actors.clock import DeadlinePolicy, WaitAll
 from clusterfed.actors.faults import FaultPlan
-from clusterfed.actors.spec import Accountant
 from clusterfed.algorithms import algorithms, make
 from clusterfed.algorithms.registry import resolve
 from clusterfed.algorithms.robust import Aggregator, Mean, parse_aggregator
 from clusterfed.errors import ConfigError
-from clusterfed.models import build_model, n_parameters
 from clusterfed.protocol import TrainConfig
 
+from ._base import _Spec
+from .bounds import (
+    DATASET_SIZES,
+    TASK_TIMEOUT_FLOOR_S,
+    UNKNOWN_DATASET_TIMEOUT_S,
+    check_model_fits,
+    check_partition_fits,
+    check_workers,
+    default_task_timeout,
+)
 from .events import Event, Join, Target
+from .faults import Faulty
+from .partitions import (
+    ClassTablePartition,
+    DirichletPartition,
+    IIDMixPartition,
+    IIDPartition,
+    Partition,
+    ShardsPartition,
+)
+from .privacy import DPSpec
 from .transforms import TransformSpec, n_transform_groups
 
-
-class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class IIDPartition(_Spec):
-    """Shuffle and deal evenly; one ground-truth group."""
-
-    kind: Literal["iid"] = "iid"
-
-    def iid_groups(self) -> frozenset[int] | None:
-        """The ground-truth groups of IID clients; None: the partition does not
-        say which clients are IID."""
-        return frozenset({0})
-
-
-class DirichletPartition(_Spec):
-    """Label skew: each class split over clients by Dirichlet(alpha) shares."""
-
-    kind: Literal["dirichlet"] = "dirichlet"
-    alpha: float = Field(0.5, gt=0)
-    min_samples: int = Field(10, ge=2)
-
-    def iid_groups(self) -> frozenset[int] | None:
-        return None
-
-
-class ShardsPartition(_Spec):
-    """Sorted shards, about `labels_per_client` labels per client."""
-
-    kind: Literal["shards"] = "shards"
-    labels_per_client: int = Field(2, ge=1)
-
-    def iid_groups(self) -> frozenset[int] | None:
-        return None
-
-
-class ClassTablePartition(_Spec):
-    """Planted groups: rows are groups, columns classes (counts or weights).
-
-    `clients_per_group` defaults to spreading `clients` evenly over the groups.
-    """
-
-    kind: Literal["class_table"] = "class_table"
-    table: list[list[float]] = Field(min_length=1)
-    clients_per_group: int | list[int] | None = None
-
-    def iid_groups(self) -> frozenset[int] | None:
-        """The rows that hold every class in equal measure (e.g. all ones)."""
-        return frozenset(
-            g
-            for g, row in enumerate(self.table)
-            if row and min(row) > 0 and min(row) == max(row)
-        )
-
-
-class IIDMixPartition(_Spec):
-    """IID clients beside clients holding a few classes (Zhang et al., CAFA §IV).
-
-    A share `iid_fraction` of the clients (rounded) hold a random sample of the
-    dataset: ground-truth group 0. Each other client holds between
-    `min_class_share` and `max_class_share` of the classes (2 to 4 of 10 by
-    default) — consecutive classes from a random first one, as the authors'
-    code deals them, unless `consecutive_classes` is false — and about as many
-    samples as an IID client; clients holding the same classes share a group
-    (1, 2, …).
-    """
-
-    kind: Literal["iid_mix"] = "iid_mix"
-    iid_fraction: float = Field(0.25, ge=0, le=1)
-    min_class_share: float = Field(0.2, gt=0, le=1)
-    max_class_share: float = Field(0.4, gt=0, le=1)
-    consecutive_classes: bool = True
-
-    @model_validator(mode="after")
-    def _shares_ordered(self) -> IIDMixPartition:
-        if self.min_class_share > self.max_class_share:
-            raise ValueError(
-                f"min_class_share {self.min_class_share} is above"
-                f" max_class_share {self.max_class_share}"
-            )
-        return self
-
-    def classes_per_client(self, n_classes: int) -> tuple[int, int]:
-        """The range of classes a non-IID client holds, of `n_classes`."""
-        low = max(1, math.ceil(self.min_class_share * n_classes - 1e-9))
-        high = min(n_classes, math.floor(self.max_class_share * n_classes + 1e-9))
-        return low, high
-
-    def iid_groups(self) -> frozenset[int] | None:
-        return frozenset({0})
-
-
-Partition = Annotated[
-    IIDPartition
-    | DirichletPartition
-    | ShardsPartition
-    | ClassTablePartition
-    | IIDMixPartition,
-    Field(discriminator="kind"),
+# Partitions, bounds and client specs live in modules of their own; the
+# names callers import from here stay importable from here.
+__all__ = [
+    "DATASET_SIZES",
+    "DP_OFF",
+    "TASK_TIMEOUT_FLOOR_S",
+    "UNKNOWN_DATASET_TIMEOUT_S",
+    "ClassTablePartition",
+    "DatasetSpec",
+    "DirichletPartition",
+    "DPSpec",
+    "Faulty",
+    "IIDMixPartition",
+    "IIDPartition",
+    "ModelSpec",
+    "Partition",
+    "Scenario",
+    "ShardsPartition",
+    "check_workers",
 ]
-
-
-# Samples of each known dataset's training split, to refuse a partition that
-# cannot fit before any data is loaded (tests/test_data.py checks the table
-# against the loaded datasets).
-DATASET_SIZES = {
-    "digits": 1797,
-    "fashion_mnist": 60000,
-    "mnist": 60000,
-    "emnist": 112800,
-    "cifar10": 50000,
-}
-
-
-# Input shape and classes of each known dataset, to size a model before any
-# data is loaded.
-DATASET_SHAPES: dict[str, tuple[tuple[int, ...], int]] = {
-    "digits": ((1, 8, 8), 10),
-    "fashion_mnist": ((1, 28, 28), 10),
-    "mnist": ((1, 28, 28), 10),
-    "emnist": ((1, 28, 28), 47),
-    "cifar10": ((3, 32, 32), 10),
-}
-
-# The largest model a scenario may ask for. The papers' largest (the CNN on
-# 28×28 inputs) has 1.2 M parameters; 50 M float32 weights are 200 MB a copy,
-# and the server keeps one per cluster and every client its own, so a model
-# past this bound does not run on a laptop or a cluster node, it only hangs
-# while its weights are drawn.
-MAX_MODEL_PARAMETERS = 50_000_000
-
-# Worker processes of the local runtime: each holds its clients' data and a
-# torch runtime (about 100 MB), so more than this is no machine's core count.
-MAX_WORKERS = 256
-
-
-def check_workers(workers: int | None) -> None:
-    """Refuse a worker count outside 1..`MAX_WORKERS` (None: one per core).
-
-    Raises:
-        ConfigError: naming the count.
-    """
-    if workers is None:
-        return
-    if (
-        isinstance(workers, bool)
-        or not isinstance(workers, int)
-        or not 1 <= workers <= MAX_WORKERS
-    ):
-        raise ConfigError(
-            f"workers must be between 1 and {MAX_WORKERS}, got {workers!r}"
-        )
-
-
-def model_parameters(
-    model: ModelSpec, input_shape: tuple[int, ...], n_classes: int
-) -> int | None:
-    """How many parameters `model` has on inputs of `input_shape`, or None
-    when it cannot be built (building the plan then refuses it, with the
-    family's own message).
-
-    Built on torch's meta device: shapes only, no memory and no time, however
-    large the model asks to be.
-    """
-    with torch.device("meta"):
-        try:
-            net = build_model(model.name, input_shape, n_classes, **model.params)
-        except Exception:  # whatever a family raises, plan_run reports it
-            return None
-    return n_parameters(net)
 
 
 class DatasetSpec(_Spec):
@@ -218,105 +84,7 @@ class ModelSpec(BaseModel):
         return dict(self.model_extra or {})
 
 
-class DPSpec(_Spec):
-    """Local differential privacy: every client trains with DP-SGD (Opacus).
-
-    Each client's noise multiplier is chosen by Opacus so that the rounds it
-    plans to take part in (all rounds from the one it joins; see README)
-    spend at most `epsilon` at `delta` (`horizon = "run"`), or so that one
-    round's local training does (`horizon = "round"`: the budget applies per
-    round, and the ε reported is still the total spent); a client that would
-    go past it refuses to train.
-    """
-
-    epsilon: float = Field(gt=0, allow_inf_nan=False, description="the budget ε")
-    delta: float = Field(1e-5, gt=0, lt=1, description="the budget δ")
-    max_grad_norm: float = Field(
-        1.0, gt=0, allow_inf_nan=False, description="per-sample clipping bound"
-    )
-    accountant: Accountant = Field("rdp", description="Opacus' accountant")
-    horizon: Literal["run", "round"] = Field(
-        "run", description="what ε covers: the whole run or each round alone"
-    )
-
-
-class Faulty(FaultPlan):
-    """Clients that misbehave on purpose, for tests and fault studies.
-
-    In the rounds of the schedule (`start`, then every `every` rounds, every
-    round by default, up to `until` inclusive) each of `clients` answers its
-    train task with `behaviour`: "nan" (a NaN delta), "garbage" (bytes that
-    are no message), "wrong_shape" (a delta one weight short), "replay" (its
-    last honest update again) or "hang" (no reply; needs `task_timeout_s`);
-    or, Byzantine, "lie_samples" (2**63 − 1 samples claimed), "huge_delta"
-    (3.0e38 everywhere), "sign_flip" (its honest delta × −`scale`, kept
-    under `max_update_norm`), "forge_leave" (a leave in client id + 1's
-    name), "squat_ids" (a join for an unused id, in its name) or "flood" (a
-    1 MB histogram of a million empty maps). See `actors/faults.py`.
-    """
-
-    clients: int | list[int] = Field(description="the faulty clients' ids")
-
-    @field_validator("clients")
-    @classmethod
-    def _ids(cls, value: int | list[int]) -> int | list[int]:
-        ids = [value] if isinstance(value, int) else value
-        if not ids:
-            raise ValueError("lists no client")
-        if any(i < 0 for i in ids):
-            raise ValueError(f"client ids are >= 0, got {value}")
-        return value
-
-    @property
-    def ids(self) -> list[int]:
-        return [self.clients] if isinstance(self.clients, int) else list(self.clients)
-
-    def plan(self, under_norm: float | None = None) -> FaultPlan:
-        """The misbehaviour each of its clients carries; a sign flip stays
-        under `under_norm` (the scenario's bound) unless it names its own."""
-        return FaultPlan(
-            behaviour=self.behaviour,
-            start=self.start,
-            every=self.every,
-            until=self.until,
-            scale=self.scale,
-            under_norm=self.under_norm if self.under_norm is not None else under_norm,
-        )
-
-
 DP_OFF = ("off", "none", "false", "no")
-
-TASK_TIMEOUT_FLOOR_S = 300.0
-"""The least automatic task timeout: a slow start (imports, a first step)
-and a busy machine fit in it many times over."""
-TASK_SECONDS_PER_SAMPLE = 0.02
-"""A pessimistic wall-clock cost of one training sample for one epoch: about
-20 times the slowest built-in family on one core (the MNIST CNN, 1.1 ms a
-sample) and 4 times that CNN with DP-SGD."""
-UNKNOWN_DATASET_TIMEOUT_S = 3600.0
-"""The automatic task timeout of a dataset of unknown size."""
-
-
-def default_task_timeout(scenario: Scenario) -> float:
-    """The wall-clock limit on one request of `scenario` when it sets none.
-
-    No task should ever reach it: it bounds the time for one host to train
-    on the dataset's whole training split for the configured epochs at a
-    pessimistic cost a sample (`TASK_SECONDS_PER_SAMPLE`), at least
-    `TASK_TIMEOUT_FLOOR_S`. That is more than any request can wait for, even
-    one queued behind every other on its host, since a host's clients hold
-    at most the whole split between them. A per-machine measurement would be
-    tighter but is unknown before the run, and the courier's clock starts
-    when a request is sent, so it is derived from what the scenario says.
-    A dataset of unknown size gets `UNKNOWN_DATASET_TIMEOUT_S`. It is there
-    so that a stalled worker costs one deadline, never the run; a model far
-    heavier than the built-in families should set its own.
-    """
-    size = DATASET_SIZES.get(scenario.dataset.name)
-    if size is None:
-        return UNKNOWN_DATASET_TIMEOUT_S
-    work = size * scenario.train.epochs * TASK_SECONDS_PER_SAMPLE
-    return max(TASK_TIMEOUT_FLOOR_S, float(math.ceil(work)))
 
 
 class Scenario(_Spec):
@@ -560,37 +328,10 @@ class Scenario(_Spec):
         return self
 
     @model_validator(mode="after")
-    def _partition_fits(self) -> Scenario:
-        size = DATASET_SIZES.get(self.dataset.name)
-        total = self.clients + sum(n for _, n in self.joins())
-        each = getattr(self.partition, "min_samples", 1)
-        if size is None or total * each <= size:
-            return self
-        knobs = "clients" + (" or partition.min_samples" if each > 1 else "")
-        joiners = f" ({self.clients} + {total - self.clients} joining)" * (
-            total > self.clients
-        )
-        raise ValueError(
-            f"partition: {total} clients{joiners} × {each} samples each"
-            f" = {total * each} samples, but {self.dataset.name} has {size};"
-            f" lower {knobs} (at most {size // each} clients of {each})"
-        )
-
-    @model_validator(mode="after")
-    def _model_fits(self) -> Scenario:
-        known = DATASET_SHAPES.get(self.dataset.name)
-        if known is None:  # an unknown dataset is refused when data loads
-            return self
-        shape, n_classes = known
-        count = model_parameters(self.model, shape, n_classes)
-        if count is None or count <= MAX_MODEL_PARAMETERS:
-            return self
-        params = "".join(f", {k}={v}" for k, v in self.model.params.items())
-        raise ValueError(
-            f"model ({self.model.name}{params}) has {count:,} parameters on"
-            f" {self.dataset.name} ({count * 4 / 1e9:.1f} GB a copy), above the"
-            f" bound of {MAX_MODEL_PARAMETERS:,}; make it smaller"
-        )
+    def _within_bounds(self) -> Scenario:
+        check_partition_fits(self)
+        check_model_fits(self)
+        return self
 
     @model_validator(mode="after")
     def _faulty_clients_exist(self) -> Scenario:

@@ -1,0 +1,51 @@
+"""Clients that misbehave on purpose: a scenario's `faulty` entries."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+
+from clusterfed.actors.faults import FaultPlan
+
+
+class Faulty(FaultPlan):
+    """Clients that misbehave on purpose, for tests and fault studies.
+
+    In the rounds of the schedule (`start`, then every `every` rounds, every
+    round by default, up to `until` inclusive) each of `clients` answers its
+    train task with `behaviour`: "nan" (a NaN delta), "garbage" (bytes that
+    are no message), "wrong_shape" (a delta one weight short), "replay" (its
+    last honest update again) or "hang" (no reply; needs `task_timeout_s`);
+    or, Byzantine, "lie_samples" (2**63 − 1 samples claimed), "huge_delta"
+    (3.0e38 everywhere), "sign_flip" (its honest delta × −`scale`, kept
+    under `max_update_norm`), "forge_leave" (a leave in client id + 1's
+    name), "squat_ids" (a join for an unused id, in its name) or "flood" (a
+    1 MB histogram of a million empty maps). See `actors/faults.py`.
+    """
+
+    clients: int | list[int] = Field(description="the faulty clients' ids")
+
+    @field_validator("clients")
+    @classmethod
+    def _ids(cls, value: int | list[int]) -> int | list[int]:
+        ids = [value] if isinstance(value, int) else value
+        if not ids:
+            raise ValueError("lists no client")
+        if any(i < 0 for i in ids):
+            raise ValueError(f"client ids are >= 0, got {value}")
+        return value
+
+    @property
+    def ids(self) -> list[int]:
+        return [self.clients] if isinstance(self.clients, int) else list(self.clients)
+
+    def plan(self, under_norm: float | None = None) -> FaultPlan:
+        """The misbehaviour each of its clients carries; a sign flip stays
+        under `under_norm` (the scenario's bound) unless it names its own."""
+        return FaultPlan(
+            behaviour=self.behaviour,
+            start=self.start,
+            every=self.every,
+            until=self.until,
+            scale=self.scale,
+            under_norm=self.under_norm if self.under_norm is not None else under_norm,
+        )
