@@ -69,6 +69,14 @@ from sklearn.metrics import silhouette_score
 
 from clusterfed.types import ClientId
 
+from ._abfa import (
+    ABFAWeight,
+    abfa_record,
+    abfa_weights,
+    combined_weights,
+    fill_missing,
+    weighted_accuracy,
+)
 from .base import (
     ClientInfo,
     ClientUpdate,
@@ -92,17 +100,6 @@ class Clustering:
     labels: np.ndarray
     centres: np.ndarray
     scores: Mapping[int, float]
-
-
-@dataclass(frozen=True)
-class ABFAWeight:
-    """One member's ABFA numbers in a round: the accuracy its model got (Eq. 9),
-    its CBCC weight (Eq. 8) and its coefficient in Eq. 11."""
-
-    client: ClientId
-    accuracy: float
-    cbcc_weight: float
-    weight: float
 
 
 @dataclass(frozen=True)
@@ -251,7 +248,7 @@ class CAFA(Strategy[CAFAState]):
         members = _usable(updates)
         if not members:
             return state.replace(abfa=())
-        accuracy = _fill(
+        accuracy = fill_missing(
             [
                 weighted_accuracy(
                     [s.accuracy for s in u.peer_scores.values()],
@@ -262,7 +259,7 @@ class CAFA(Strategy[CAFAState]):
                 for u in members
             ]
         )
-        cbcc = _fill([self.cbcc_weight(state, u.client) for u in members])
+        cbcc = fill_missing([self.cbcc_weight(state, u.client) for u in members])
         weights = combined_weights(cbcc, abfa_weights(accuracy))
         cluster = members[0].cluster
         deltas = [u.delta for u in members if u.delta is not None]
@@ -295,11 +292,11 @@ class CAFA(Strategy[CAFAState]):
                 "silhouette": {str(k): float(s) for k, s in sorted(scores.items())},
             }
         if state.abfa is not None:
-            found["abfa"] = _abfa_record(state.abfa)
+            found["abfa"] = abfa_record(state.abfa)
         return found
 
 
-# -- the maths, each step alone --------------------------------------------------
+# -- CBCC's maths, each step alone (ABFA's: `_abfa.py`) --------------------------------
 
 
 def class_features(counts: np.ndarray) -> np.ndarray:
@@ -360,33 +357,6 @@ def nearest_centre(features: np.ndarray, centres: np.ndarray) -> np.ndarray:
     return nearest
 
 
-def weighted_accuracy(
-    accuracies: Sequence[float], sizes: Sequence[int | float]
-) -> float:
-    """Eq. 9: Σ a_j S_j / Σ S_j, the accuracies weighted by validation sizes."""
-    a = np.asarray(accuracies, dtype=np.float64)
-    s = np.asarray(sizes, dtype=np.float64)
-    if a.shape != s.shape or not len(a) or s.sum() <= 0:
-        raise ValueError("weighted_accuracy needs one positive size per accuracy")
-    return float((a * s).sum() / s.sum())
-
-
-def abfa_weights(accuracies: Sequence[float] | np.ndarray) -> np.ndarray:
-    """Eq. 10: A_i / Σ A_j; equal weights when every A is zero."""
-    a = np.asarray(accuracies, dtype=np.float64)
-    total = a.sum()
-    return a / total if total > 0 else np.full(len(a), 1.0 / len(a))
-
-
-def combined_weights(
-    cbcc: Sequence[float] | np.ndarray, abfa: Sequence[float] | np.ndarray
-) -> np.ndarray:
-    """Eq. 11's coefficients: w^K_i · w^A_i / Σ_j w^K_j · w^A_j."""
-    product = np.asarray(cbcc, dtype=np.float64) * np.asarray(abfa, dtype=np.float64)
-    total = product.sum()
-    return product / total if total > 0 else np.full(len(product), 1.0 / len(product))
-
-
 # -- helpers ---------------------------------------------------------------------
 
 
@@ -396,20 +366,3 @@ def _usable(updates: Sequence[ClientUpdate]) -> list[ClientUpdate]:
         for u in sorted(updates, key=lambda u: u.client)
         if u.ok and u.base is not None and u.delta is not None
     ]
-
-
-def _fill(values: Sequence[float | None]) -> np.ndarray:
-    """Missing values become the mean of the others, or 1 if all are missing."""
-    known = [v for v in values if v is not None]
-    default = float(np.mean(known)) if known else 1.0
-    return np.array([default if v is None else v for v in values], dtype=np.float64)
-
-
-def _abfa_record(rows: Sequence[ABFAWeight]) -> dict[str, Any]:
-    """The ABFA weights as the diagnostics report them, keyed by client."""
-    return {
-        "members": [int(r.client) for r in rows],
-        "accuracy": {str(r.client): r.accuracy for r in rows},
-        "cbcc_weight": {str(r.client): r.cbcc_weight for r in rows},
-        "weight": {str(r.client): r.weight for r in rows},
-    }
