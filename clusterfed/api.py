@@ -16,11 +16,20 @@ from clusterfed.scenarios import Scenario, load_scenario, validate, with_overrid
 from clusterfed.scenarios.spec import check_workers
 
 from .checkpoint import Checkpoint, read_checkpoint
-from .federation import Federation, OnRound, RunResult, canonical, drive
+from .federation import Federation, OnRound, canonical, drive
 from .folders import claim, default_folder, point_latest
 from .provenance import run_provenance
-from .results import Row
+from .results import Row, RunResult
 from .tracking import ScalarLog, parse_logs
+
+__all__ = [
+    "RUNTIMES",
+    "RunResult",
+    "default_out",
+    "make_runtime",
+    "resume",
+    "run",
+]
 
 RUNTIMES = ("local", "ray")
 

@@ -87,7 +87,9 @@ def _plugin(algorithm: str) -> type[Strategy[Any]] | None:
     cls = resolve(algorithm)
     module = sys.modules.get(cls.__module__)
     if ":" in algorithm and module is not None:
-        ray.cloudpickle.register_pickle_by_value(module)
+        # Ray's vendored cloudpickle has no annotations; there is no typed
+        # way to register a module for pickling by value.
+        ray.cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
     return cls
 
 

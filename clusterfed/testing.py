@@ -84,7 +84,7 @@ class ServerHarness:
         )
         self.plan: RunPlan = plan_run(resolved)
         self.clients: dict[int, Client] = {s.id: Client(s) for s in self.plan.clients}
-        self.server: ParameterServer = build_server(self.plan, self)  # type: ignore[arg-type]
+        self.server: ParameterServer = build_server(self.plan, self)
         # A scenario in async mode runs its aggregations through the driver,
         # as a federation would: `run_round` is then one aggregation.
         self.driver = (
