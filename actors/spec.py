@@ -183,4 +183,8 @@ def rotate(images: torch.Tensor, degrees: float) -> torch.Tensor:
     from torchvision.transforms.functional import InterpolationMode
     from torchvision.transforms.functional import rotate as rotate_image
 
-    return rotate_image(images, degrees, interpolation=InterpolationMode.BILINEAR)
+    # torchvision ships no type information: its result is Any until named.
+    rotated: torch.Tensor = rotate_image(
+        images, degrees, interpolation=InterpolationMode.BILINEAR
+    )
+    return rotated

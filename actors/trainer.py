@@ -153,7 +153,9 @@ class LocalTrainer:
                 total_loss += loss.item() * len(batch)
                 seen += len(batch)
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                # What Tensor.backward calls, but annotated: strict typing
+                # refuses the untyped method.
+                torch.autograd.backward(loss)
                 if start is not None:
                     # FedProx's μ/2·‖w − w₀‖² enters as its gradient μ(w − w₀),
                     # as in the DP path: outside autograd's graph it is one
@@ -287,8 +289,8 @@ class LocalTrainer:
         batch = torch.randperm(self.n_train, generator=generator)[:batch_size]
         self.model.zero_grad(set_to_none=True)
         loss = F.cross_entropy(self.model(self._x_train[batch]), self.y_train[batch])
-        loss.backward()
-        gradient = torch.cat([p.grad.reshape(-1) for p in self.model.parameters()])  # type: ignore[union-attr]
+        torch.autograd.backward(loss)
+        gradient = torch.cat([_grad(p).reshape(-1) for p in self.model.parameters()])
         return loss.item(), gradient.numpy().astype(np.float32, copy=True)
 
     @torch.no_grad()
@@ -307,4 +309,13 @@ def _add_proximal_gradient(
 ) -> None:
     with torch.no_grad():
         for p, s in zip(params, start, strict=True):
-            p.grad.add_(p - s, alpha=mu)  # type: ignore[union-attr]
+            _grad(p).add_(p - s, alpha=mu)
+
+
+def _grad(param: torch.Tensor) -> torch.Tensor:
+    """The gradient a backward pass left on `param`."""
+    if param.grad is None:
+        # Every parameter takes part in the forward pass, so only a model
+        # with a dead branch gets here.
+        raise RuntimeError(f"no gradient on a parameter of shape {tuple(param.shape)}")
+    return param.grad

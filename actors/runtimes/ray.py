@@ -136,7 +136,9 @@ class RayRuntime:
     async def add(self, specs: Sequence[ClientSpec]) -> list[bytes]:
         """New clients fill the last host, then new hosts."""
         if self.clients_per_host is None:
-            cpus = max(1, int(ray.available_resources().get("CPU", 1)))
+            # Ray declares no types on available_resources; it returns a dict.
+            resources: dict[str, float] = ray.available_resources()  # type: ignore[no-untyped-call]
+            cpus = max(1, int(resources.get("CPU", 1)))
             self.clients_per_host = max(1, math.ceil(len(specs) / cpus))
         size = self.clients_per_host
         joins: list[bytes] = []
