@@ -65,9 +65,9 @@ def scaled(vector: np.ndarray, weight: float) -> np.ndarray:
     and every aggregation of the run was refused.
     """
     with np.errstate(over="ignore"):  # an overflow is caught just below
-        product = float(weight) * vector
+        product: np.ndarray = float(weight) * vector
     if product.dtype != np.float64 and not np.isfinite(product).all():
-        return np.multiply(vector, weight, dtype=np.float64)
+        product = np.multiply(vector, weight, dtype=np.float64)
     return product
 
 
