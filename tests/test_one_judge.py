@@ -13,13 +13,13 @@ those of the reference: the refusal, not the lie, decided the run.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
 import numpy as np
 import pytest
-import torch
+from test_hostile import one_torch_thread  # noqa: F401  (autouse: one thread)
 
 from clusterfed.actors import ParameterServer, RoundOutcome
 from clusterfed.algorithms._aggregate import ClusterSums, scaled, weighted_mean
@@ -31,14 +31,6 @@ from helpers import small_scenario
 
 HOSTILE = ClientId(2)
 MODES = ["sync", "async"]
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 Forge = Callable[[dict[str, Any], np.ndarray], None]
