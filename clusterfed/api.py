@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from clusterfed.actors.runtimes import Runtime, local_runtime
-from clusterfed.actors.trace import TRACE_MODES
+from clusterfed.actors.trace import TRACE_MODES, TraceMode
 from clusterfed.errors import ConfigError
 from clusterfed.scenarios import Scenario, load_scenario, validate, with_overrides
 from clusterfed.scenarios.spec import check_workers
 
 from .checkpoint import Checkpoint, read_checkpoint
-from .federation import Federation, OnRound, canonical, drive
+from .federation import Federation, OnRound, RunsRounds, canonical, drive
 from .folders import claim, default_folder, point_latest
 from .provenance import run_provenance
 from .results import Row, RunResult
@@ -93,7 +93,9 @@ def run(
     """
     if checkpoint_every is not None and checkpoint_every < 1:
         raise ConfigError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
-    if trace not in (None, *TRACE_MODES):
+    # The mode as its Literal type: found among the modes, not asserted.
+    mode = next((m for m in TRACE_MODES if m == trace), None)
+    if trace is not None and mode is None:
         raise ConfigError(
             f"trace must be one of {', '.join(TRACE_MODES)}, got {trace!r}"
         )
@@ -123,7 +125,7 @@ def run(
             checkpoint_every=checkpoint_every,
             on_round=on_round,
             provenance=run_provenance(command),
-            trace=trace,
+            trace=mode,
             logs=logs,
         )
     )
@@ -238,7 +240,7 @@ async def _run(
     start: Checkpoint | None = None,
     on_round: OnRound | None = None,
     provenance: dict[str, Any] | None = None,
-    trace: str | None = None,
+    trace: TraceMode | None = None,
     logs: Sequence[str] = (),
 ) -> RunResult:
     """Run the rounds of `scenario`, from the first or from checkpoint `start`;
@@ -251,16 +253,36 @@ async def _run(
         "log": list(logs),
         **(provenance or {}),
     }
-    options: dict[str, Any] = dict(
-        config=config, checkpoint_every=checkpoint_every, resume=start, trace=trace
-    )
-    federation: Any
+    federation: RunsRounds
     if runtime.name == "ray":
+        # Imported here: Ray is heavy, and a local run never needs it.
+        from clusterfed.actors.runtimes.ray import RayRuntime
+
         from .remote import RemoteFederation
 
-        federation = RemoteFederation(scenario, runtime, out, **options)  # type: ignore[arg-type]
+        if not isinstance(runtime, RayRuntime):
+            raise ConfigError(
+                f"a runtime named 'ray' must be a RayRuntime, got {type(runtime)}"
+            )
+        federation = RemoteFederation(
+            scenario,
+            runtime,
+            out,
+            config=config,
+            checkpoint_every=checkpoint_every,
+            resume=start,
+            trace=trace,
+        )
     else:
-        federation = Federation(scenario, runtime, out, **options)
+        federation = Federation(
+            scenario,
+            runtime,
+            out,
+            config=config,
+            checkpoint_every=checkpoint_every,
+            resume=start,
+            trace=trace,
+        )
     if not logs:
         return await drive(federation, progress=progress, on_round=on_round)
     scalars = ScalarLog(out, logs)

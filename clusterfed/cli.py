@@ -7,7 +7,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from clusterfed import __version__
 from clusterfed.errors import ClusterfedError, ConfigError, ScenarioWarning
@@ -46,14 +46,14 @@ def _show_warning(
     category: type[Warning],
     filename: str,
     lineno: int,
-    file: object = None,
+    file: TextIO | None = None,
     line: str | None = None,
 ) -> None:
     # A scenario's warning is said to its author, not to a source line.
     if issubclass(category, ScenarioWarning):
         print(f"clusterfed: warning: {message}", file=sys.stderr)
     else:
-        _python_show_warning(message, category, filename, lineno, file, line)  # type: ignore[arg-type]
+        _python_show_warning(message, category, filename, lineno, file, line)
 
 
 def _list(args: argparse.Namespace) -> int:

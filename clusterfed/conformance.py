@@ -133,6 +133,7 @@ def the_state_type_is_a_frozen_dataclass_of_server_state(name: str) -> None:
     assert dataclasses.is_dataclass(state_type)
     assert type(state) is state_type
     with _raises(dataclasses.FrozenInstanceError, ""):
+        # Assigning a frozen field is the error this check provokes.
         state.models = {}  # type: ignore[misc]
     # The random stream is passed to the hooks, never kept in the state.
     for f in dataclasses.fields(state):

@@ -320,7 +320,7 @@ class Federation:
     async def add_clients(self, specs: Sequence[ClientSpec]) -> None:
         """Host new clients; each sends its join request to the server."""
         for spec in specs:
-            self.clock.profiles[spec.id] = spec.profile  # type: ignore[index]
+            self.clock.profiles[ClientId(spec.id)] = spec.profile
             if isinstance(spec, FaultyClientSpec):
                 self.server.faulty.add(ClientId(spec.id))
             if spec.privacy is not None:
@@ -340,7 +340,7 @@ class Federation:
 
     async def update_client(self, spec: ClientSpec) -> None:
         """A client's new spec (a drift, a straggler, a new link)."""
-        self.clock.profiles[spec.id] = spec.profile  # type: ignore[index]
+        self.clock.profiles[ClientId(spec.id)] = spec.profile
         await self.runtime.update(spec)
 
     def set_unreachable(self, clients: Mapping[int, str]) -> None:

@@ -372,10 +372,12 @@ def cbcc_scores(
     }
     called = {int(c) for c in cbcc.get("iid_clients", [])}
     placed = sorted(int(c) for c in cbcc.get("clusters", {}))
-    judged = [c for c in placed if iid_truth is not None and c in iid_truth]
+    if iid_truth is None:
+        return scores
+    judged = [c for c in placed if c in iid_truth]
     if not judged:
         return scores
-    truth = [bool(iid_truth[c]) for c in judged]  # type: ignore[index]
+    truth = [bool(iid_truth[c]) for c in judged]
     found = [c in called for c in judged]
     scores.update(
         precision=float(precision_score(truth, found, zero_division=0)),
