@@ -9,7 +9,9 @@ refused, counted with its reason, and the round goes on without it. Messages
 travel through the courier (`courier.py`), which works the same above every
 runtime; simulated time comes from the `SimClock`. Members offline when a
 round starts (the clock's availability schedule) sit it out; with nobody
-online, the round starts when the first comes online.
+online, the round starts when the first comes online. Joins, leaves and the
+other messages clients send on their own are `Membership`'s
+(`membership.py`), which the server is.
 
 Between rounds, `snapshot` returns everything the server holds that a resumed
 run needs, and `restore` puts it back (see `clusterfed.checkpoint`).
@@ -32,42 +34,24 @@ from clusterfed.algorithms import (
 )
 from clusterfed.algorithms.base import streams
 from clusterfed.errors import ConfigError
-from clusterfed.protocol import (
-    MAX_MESSAGE_BYTES,
-    ErrorReply,
-    JoinRequest,
-    LeaveNotice,
-    Message,
-    ProtocolError,
-    Shutdown,
-    TrainConfig,
-    Welcome,
-    decode,
-)
-from clusterfed.types import ClientId, ClusterId
+from clusterfed.protocol import MAX_MESSAGE_BYTES, Shutdown, TrainConfig
+from clusterfed.types import ClientId
 
 from . import phases
-from .client import client_address
 from .clock import DeadlinePolicy, SimClock, WaitAll, arrives_late
 from .courier import Courier
 from .folding import RoundFold
+from .membership import Membership
 from .outcome import ClientOutcome, RoundOutcome
 from .round import Round, UpdateLimits
 from .runtimes import Runtime
-from .validation import (
-    REPLY_KINDS,
-    ReplyBooks,
-    check_models,
-    check_snapshot,
-    client_of,
-    membership_problem,
-)
+from .validation import ReplyBooks, check_models, check_snapshot
 
 Play = Callable[[list[ClientInfo], Round], Awaitable[RoundOutcome]]
 """How a round is played over its members and books (see `run_round`)."""
 
 
-class ParameterServer:
+class ParameterServer(Membership):
     """Runs the rounds of one federated run.
 
     Args:
@@ -136,9 +120,8 @@ class ParameterServer:
             max_message_bytes=max_message_bytes,
             max_in_flight=max_in_flight,
         )
-        self.clients: dict[ClientId, ClientInfo] = {}
+        super().__init__()
         self.round = 0
-        self._rejections: list[str] = []  # inbound refusals, drained each round
         # Local DP: the ε each client (present or gone) last reported spending.
         self.epsilon: dict[ClientId, float] = {}
         # Clients the scenario made faulty. What a client reports of itself
@@ -146,81 +129,7 @@ class ParameterServer:
         # knows whom it made faulty, so their reports are marked in their
         # rows and never enter the run's metrics (mean accuracy, epsilon_max).
         self.faulty: set[ClientId] = set()
-        # Clients that answered the strategy's describe task (or were refused).
-        self.described: set[ClientId] = set()
         self.n_classes = n_classes
-        self._in_round = False
-        self._leaving: list[ClientId] = []  # leaves that came during a round
-
-    # -- membership and inbound messages ---------------------------------------
-
-    async def handle(self, data: bytes, client: int | None = None) -> bytes:
-        """Serve a message a client sent on its own (a join or leave).
-
-        `client` is the client the runtime delivered it from (the transport's
-        identity): a message whose sender, or whose join or leave, names
-        another client is refused and counted. None: the runtime's own
-        delivery of a client's message (a restarted host's rejoin), whose
-        sender it vouches for. A leave during a round takes effect when the
-        round ends.
-        """
-        try:
-            request = decode(data, max_bytes=self.courier.max_message_bytes)
-        except ProtocolError as exc:
-            self._rejections.append(f"inbound: {exc}")
-            return self.courier.encode(
-                ErrorReply.of("bad_message", str(exc)), "unknown", -1
-            )
-        sender = client_of(request.sender)
-        forged = (
-            f"inbound {request.payload.kind!r}: sender {request.sender!r}"
-            f" came from client {client}: a client speaks only as itself"
-            if client is not None and sender != client
-            else membership_problem(request.payload, sender)
-            if sender is not None
-            else None
-        )
-        match request.payload:
-            case _ if forged is not None:
-                self._rejections.append(forged)
-                reply: Message = ErrorReply.of("refused", forged)
-            case JoinRequest(client_id=cid) if request.sender == client_address(cid):
-                cluster = self.join(
-                    ClientInfo(ClientId(cid), request.payload.n_train, self.round)
-                )
-                reply = Welcome(client_id=cid, cluster=cluster)
-            case LeaveNotice(client_id=cid) if request.sender == client_address(cid):
-                if self._in_round:  # the round's books still hold it
-                    self._leaving.append(ClientId(cid))
-                else:
-                    self.leave(ClientId(cid))
-                reply = Shutdown(reason="leave acknowledged")
-            case other if other.kind in REPLY_KINDS:
-                reason = self.books.check_inbound(request, self.clients)
-                self._rejections.append(reason)
-                reply = ErrorReply.of("refused", reason)
-            case other:
-                reason = (
-                    f"inbound {other.kind!r} from {request.sender!r} is not accepted"
-                )
-                self._rejections.append(reason)
-                reply = ErrorReply.of("refused", reason)
-        return self.courier.encode(reply, request.sender, request.round, request.msg_id)
-
-    def join(self, client: ClientInfo) -> ClusterId | None:
-        """Register a client; one that joins again (back from a restart)
-        keeps its place and its cluster."""
-        if client.id not in self.clients:
-            self.clients[client.id] = client
-            self.books.departed.discard(client.id)
-            self.state = self.strategy.on_join(self.state, client)
-        return self.state.assignment.get(client.id)
-
-    def leave(self, client: ClientId) -> None:
-        if self.clients.pop(client, None) is not None:
-            self.books.departed.add(client)
-            self.described.discard(client)
-            self.state = self.strategy.on_leave(self.state, client)
 
     # -- the round ------------------------------------------------------------
 
@@ -253,10 +162,7 @@ class ParameterServer:
             )
             return await (play or self._play)(members, books)
         finally:
-            self._in_round = False
-            leaving, self._leaving = self._leaving, []
-            for client in leaving:
-                self.leave(client)
+            self._leave_after_round()
 
     async def _play(self, members: list[ClientInfo], books: Round) -> RoundOutcome:
         round = books.number
