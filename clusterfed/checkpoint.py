@@ -50,6 +50,7 @@ from typing import Any, TypeGuard
 import numpy as np
 
 from clusterfed.errors import ConfigError
+from clusterfed.folders import TMP
 
 CHECKPOINT = "checkpoint.pkl"
 FORMAT = 3  # bumped when the layout changes; an older checkpoint is refused
@@ -81,7 +82,7 @@ def _header(payload: bytes) -> bytes:
 def write_checkpoint(out: Path, checkpoint: Checkpoint) -> Path:
     """Write `checkpoint` into folder `out` atomically; return its path."""
     path = out / CHECKPOINT
-    tmp = path.with_suffix(".pkl.tmp")
+    tmp = path.with_name(path.name + TMP)
     payload = pickle.dumps(checkpoint, protocol=pickle.HIGHEST_PROTOCOL)
     with tmp.open("wb") as stream:
         stream.write(_header(payload))

@@ -35,8 +35,8 @@ from clusterfed.errors import ConfigError
 RUNS = Path("runs")
 MARKER = ".clusterfed-run.json"
 # Atomic writes (the marker's, config.json's, the checkpoint's) go through
-# `<name>.tmp`; one left by a kill belongs to whoever owns `<name>`.
-TMP = ".tmp"
+# `<name>` + TMP; one left by a kill belongs to whoever owns `<name>`.
+TMP = ".clusterfed-tmp"  # a name no user file takes by chance
 
 
 class RunMarker(BaseModel):
@@ -157,16 +157,24 @@ def note(folder: Path, *names: str) -> None:
         _write_marker(folder, wanted)
 
 
-def note_new(folder: Path, *, ignore: Collection[str] = ()) -> None:
-    """List in `folder`'s marker every entry that has appeared there since,
-    but those in `ignore` (what the user put there before a resume)."""
+def note_new(
+    folder: Path, outputs: Collection[str], *, ignore: Collection[str] = ()
+) -> None:
+    """List in `folder`'s marker the entries among `outputs` (names clusterfed
+    writes there whose time it does not know in advance: a trace, a tracker's
+    log; a folder with everything below it) that have appeared, but those in
+    `ignore` (what the user put there before a resume). Nothing else: a file
+    the user adds while the run goes on stays unlisted, so `overwrite` refuses
+    rather than deletes it."""
     if _read_marker(folder, strict=False) is None:
         return
     try:
         seen = [
             rel
             for rel, path in _walk(folder, "")
-            if rel not in ignore and not path.is_symlink()
+            if rel.split("/")[0] in outputs
+            and rel not in ignore
+            and not path.is_symlink()
         ]
     except OSError:
         # Bookkeeping never stops a run: what goes unlisted makes a later
@@ -285,11 +293,18 @@ def _remove(survey: _Survey) -> None:
         ) from exc
 
 
+ATOMIC = ("config.json", "summary.json", "checkpoint.pkl", MARKER)
+"""What clusterfed writes as `<name>` + `TMP`, then renames: a leftover of an
+interrupted write is the run's; any other name is the user's."""
+
+
 def _owned(rel: str, listed: set[str]) -> bool:
-    """Whether `rel` is the run's: listed, the marker, or an atomic write's
-    leftover of either."""
+    """Whether `rel` is the run's: listed, the marker, or the leftover of an
+    atomic write of a listed file or of the marker."""
+    if rel in listed or rel == MARKER:
+        return True
     stem = rel.removesuffix(TMP)
-    return rel in listed or stem in listed or stem == MARKER
+    return stem != rel and stem in ATOMIC and (stem in listed or stem == MARKER)
 
 
 def _walk(folder: Path, rel: str) -> Iterator[tuple[str, Path]]:

@@ -23,10 +23,15 @@ from clusterfed.actors import RoundOutcome
 from clusterfed.errors import ConfigError
 
 from .checkpoint import CHECKPOINT
-from .folders import note, note_new, strangers
+from .folders import TMP, note, note_new, strangers
 from .metrics import ari, purity
 from .plots import plot_run
 from .provenance import now
+
+LATE_OUTPUTS = ("trace.msgpack", "scalars.csv", "tensorboard")
+"""What a run writes into its folder at times the recorder does not know in
+advance (`actors.trace.TRACE_FILE`, `tracking.CSV_FILE`,
+`tracking.TENSORBOARD_DIR`): listed in the folder's marker once they appear."""
 
 Row = dict[str, Any]
 
@@ -239,7 +244,7 @@ class RunRecorder:
         self.rows.append(row)
         with (self.out / "rounds.jsonl").open("a") as stream:
             stream.write(json.dumps(row, allow_nan=False) + "\n")
-        note_new(self.out, ignore=self._foreign)
+        note_new(self.out, LATE_OUTPUTS, ignore=self._foreign)
         return row
 
     def finish(
@@ -268,7 +273,7 @@ class RunRecorder:
             title or f"{scenario} · {algorithm}",
             target=summary.get("target_accuracy"),
         )
-        note_new(self.out, ignore=self._foreign)
+        note_new(self.out, LATE_OUTPUTS, ignore=self._foreign)
         return summary
 
     def _stamp_config(self, **fields: Any) -> None:
@@ -426,7 +431,7 @@ def versions() -> dict[str, str]:
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
     # Write then rename, so a reader never sees half a file.
-    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp = path.with_name(path.name + TMP)
     tmp.write_text(
         json.dumps(data, indent=2, default=_jsonable, allow_nan=False) + "\n"
     )

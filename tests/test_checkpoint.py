@@ -164,7 +164,7 @@ def test_a_killed_run_resumes_to_the_rounds_of_an_uninterrupted_one(
     assert not (killed / "summary.json").exists()
     assert 3 <= written < load_scenario(scenario).rounds
     assert read_checkpoint(killed).rounds_done in (2, 4)
-    assert not list(killed.glob("*.tmp"))
+    assert not list(killed.glob("*.clusterfed-tmp"))
 
     resumed = clusterfed.resume(killed, workers=2)
     whole = clusterfed.run(scenario, out=tmp_path / "whole", workers=2)

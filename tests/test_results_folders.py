@@ -130,6 +130,40 @@ def test_a_file_the_user_put_into_a_run_folder_stops_overwrite(
     assert _tree(out) == before
 
 
+def test_a_file_the_user_puts_into_a_run_folder_while_it_runs_is_never_listed(
+    tmp_path: Path,
+) -> None:
+    # The recorder lists what appeared after each round: only the names the
+    # run writes late (a trace, a tracker's log), never a user's file.
+    out = tmp_path / "run"
+    saved: list[str] = []
+
+    def user_saves_notes(row: dict[str, object]) -> None:
+        if not saved:
+            (out / "my_notes.txt").write_text("mine")
+            (out / "config.json.tmp").write_text("mine too")
+            saved.append("yes")
+
+    clusterfed.run(
+        small_scenario(rounds=2), out=out, on_round=user_saves_notes, log="csv"
+    )
+    listed = json.loads((out / MARKER).read_text())["wrote"]
+    assert "scalars.csv" in listed
+    assert "my_notes.txt" not in listed and "config.json.tmp" not in listed
+    with pytest.raises(ConfigError, match="config.json.tmp, my_notes.txt"):
+        clusterfed.run(small_scenario(rounds=1), out=out, overwrite=True)
+    assert (out / "my_notes.txt").read_text() == "mine"
+    assert (out / "config.json.tmp").read_text() == "mine too"
+
+
+def test_the_names_a_run_writes_late_are_the_writers_names() -> None:
+    from clusterfed.actors.trace import TRACE_FILE
+    from clusterfed.results import LATE_OUTPUTS
+    from clusterfed.tracking import CSV_FILE, TENSORBOARD_DIR
+
+    assert set(LATE_OUTPUTS) == {TRACE_FILE, CSV_FILE, TENSORBOARD_DIR}
+
+
 def test_overwrite_of_a_comparison_goes_by_each_runs_list(tmp_path: Path) -> None:
     cmp = tmp_path / "cmp"
     clusterfed.compare(small_scenario(rounds=1), ["fedavg", "fedprox"], out=cmp)
