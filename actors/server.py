@@ -45,7 +45,7 @@ from .membership import Membership
 from .outcome import ClientOutcome, RoundOutcome
 from .round import Round, UpdateLimits
 from .runtimes import Runtime
-from .validation import ReplyBooks, check_models, check_snapshot
+from .validation import ReplyBooks, ServerSnapshot, check_models, check_snapshot
 
 Play = Callable[[list[ClientInfo], Round], Awaitable[RoundOutcome]]
 """How a round is played over its members and books (see `run_round`)."""
@@ -324,7 +324,7 @@ class ParameterServer(Membership):
             )
         return length
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> ServerSnapshot:
         """Everything a resumed run needs of this server, between two rounds:
         the strategy's state and random stream, the client registry, the
         books, the next message id. Picklable."""

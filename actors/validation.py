@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Container, Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -313,20 +313,22 @@ def check_models(models: Mapping[ClusterId, np.ndarray]) -> str | None:
     return None
 
 
-SNAPSHOT_KEYS = frozenset(
-    {
-        "round",
-        "state",
-        "rng",
-        "clients",
-        "next_id",
-        "epsilon",
-        "described",
-        "n_classes",
-        "departed",
-        "rejections",
-    }
-)
+class ServerSnapshot(TypedDict):
+    """What a resumed run needs of the parameter server (its `snapshot`)."""
+
+    round: int
+    state: ServerState
+    rng: np.random.Generator
+    clients: dict[ClientId, ClientInfo]
+    next_id: int
+    epsilon: dict[ClientId, float]
+    described: set[ClientId]
+    n_classes: int | None
+    departed: set[ClientId]
+    rejections: list[str]
+
+
+SNAPSHOT_KEYS = ServerSnapshot.__required_keys__
 
 
 def check_snapshot(
