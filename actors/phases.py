@@ -143,9 +143,9 @@ async def train(
         )
 
     def on_arrival(index: int, exchange: Exchange) -> Exchange:
-        timing(plans[index], exchange)
-        if round.fold is None:
+        if round.fold is None:  # timed and settled in plan order, below
             return exchange
+        timing(plans[index], exchange)
         late = bool(arrives_late(deadline, lengths[plans[index].client]))
         settled[index] = settle(index, exchange, late)
         return settled[index].exchange
@@ -156,6 +156,11 @@ async def train(
         round.members,
         on_exchange=on_arrival,
     )
+    if round.fold is None:
+        # In plan order: with a client planned twice, its later plan's timing
+        # counts, whatever order the replies came back in.
+        for plan, exchange in zip(plans, exchanges, strict=True):
+            timing(plan, exchange)
     length, late = close_round(lengths, deadline)
     updates = []
     for index, (plan, exchange) in enumerate(zip(plans, exchanges, strict=True)):

@@ -62,8 +62,8 @@ class UpdateLimits:
             coordinate at 3e38) would otherwise ruin or freeze the model.
             None: no such bound.
         max_weight_ratio: a client's sample count weighs at most this many
-            times the median count the round's members declared at join, so
-            no client owns a weighted mean by declaring 2³¹ − 1 samples.
+            times the median count the registered clients declared at join,
+            so no client owns a weighted mean by declaring 2³¹ − 1 samples.
             None: no cap.
     """
 
@@ -191,6 +191,15 @@ class Round:
             and payload.epsilon is not None
         ):
             self.epsilon[client] = payload.epsilon
+        if (
+            update.status in ("ok", "late")
+            and isinstance(payload, UpdateReply)
+            and payload.n_samples > update.n_samples
+        ):
+            outcome.reason = (
+                f"n_samples {payload.n_samples} weighed as {update.n_samples}"
+                " (max_weight_ratio × the median declared n_train)"
+            )
         self.book(
             client,
             replace(settled.exchange, status=update.status, reason=update.reason),

@@ -139,13 +139,14 @@ class Scenario(_Spec):
         " everywhere) would ruin or freeze the model; none: no bound",
     )
     max_weight_ratio: float | None = Field(
-        4.0,
+        10.0,
         ge=1,
         allow_inf_nan=False,
         description="a client's sample count weighs at most this many times the"
-        " median count the round's members declared at join, so no client owns"
-        " a weighted mean by declaring 2**31 - 1 samples (the built-in digits"
-        " partitions stay within 2x the median); none: no cap",
+        " median count the registered clients declared at join, so no client"
+        " owns a weighted mean by declaring 2**31 - 1 samples (honest digits"
+        " partitions measured at most 3.1x their median: Dirichlet(0.3), 40"
+        " clients); a capped count is named in its client's row; none: no cap",
     )
     faulty: list[Faulty] = Field(
         default_factory=list, description="clients that misbehave on purpose"
