@@ -240,7 +240,12 @@ class Strategy(ABC, Generic[S]):
         # broken one fails at import with its fix, never in a run.
         super().__init_subclass__(**kwargs)
         body = vars(cls)
-        if "aggregate" in body and "honours_aggregator" not in body:
+        # Only the class that writes the `aggregate` in use can vouch for it
+        # (a mixin's, too, when it comes first in the method order).
+        writer = _owner(cls, "aggregate")
+        if "honours_aggregator" not in body and (
+            "aggregate" in body or "honours_aggregator" not in vars(writer)
+        ):
             cls.honours_aggregator = False
         if cls.async_only and not cls.supports_async:
             raise TypeError(
@@ -249,11 +254,18 @@ class Strategy(ABC, Generic[S]):
             )
         if not cls.folds:
             return
-        if "aggregate" in body and not {"aggregate_sums", "folds"} & body.keys():
+        sums = _owner(cls, "aggregate_sums")
+        vouched = "folds" in body or "folds" in vars(writer)
+        if not vouched and not issubclass(sums, writer):
+            how = (
+                "overrides aggregate"
+                if writer is cls
+                else f"takes aggregate from {writer.__qualname__}"
+            )
             raise TypeError(
-                f"{cls.__qualname__} overrides aggregate but inherits"
-                " folds = True, so aggregate would never be called: set"
-                " folds = False or override aggregate_sums"
+                f"{cls.__qualname__} {how} but inherits folds = True, so"
+                " aggregate would never be called: set folds = False or"
+                " override aggregate_sums"
             )
         for hook in ("fold_weight", "aggregate_sums"):
             if getattr(cls, hook) is getattr(Strategy, hook):
@@ -443,3 +455,8 @@ class IdentityPolicy(ABC):
         self, probe: ClientProbe, candidates: Sequence[Candidate], round: int
     ) -> ClusterId:
         """The cluster whose model the client trains this round."""
+
+
+def _owner(cls: type, name: str) -> type:
+    """The class whose body defines the `name` that `cls` resolves to."""
+    return next(k for k in cls.__mro__ if name in vars(k))

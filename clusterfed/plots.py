@@ -359,13 +359,23 @@ def _runs_in(folder: Path) -> list[tuple[str, list[Row]]]:
     return [(f"{scenario.get('name', '?')} · {scenario.get('algorithm', '?')}", rows)]
 
 
+def _honest_accs(row: Row) -> list[float]:
+    """The client accuracies the run's means count: a client the scenario
+    made faulty reports its own (`results.mean_std` leaves it out too)."""
+    return [
+        c["acc"]
+        for c in row["clients"]
+        if c["acc"] is not None and not c.get("faulty", False)
+    ]
+
+
 def _mean_acc(row: Row) -> float | None:
-    accs = [c["acc"] for c in row["clients"] if c["acc"] is not None]
+    accs = _honest_accs(row)
     return float(np.mean(accs)) if accs else None
 
 
 def _client_band(row: Row) -> tuple[float, float] | None:
-    accs = [c["acc"] for c in row["clients"] if c["acc"] is not None]
+    accs = _honest_accs(row)
     if not accs:
         return None
     mean, std = float(np.mean(accs)), float(np.std(accs))

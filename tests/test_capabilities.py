@@ -129,6 +129,24 @@ def test_a_subclass_that_overrides_aggregate_alone_is_refused_where_written() ->
     assert streams(Declared()) and streams(Both()) and not streams(_Plain())
 
 
+def test_a_mixin_that_writes_aggregate_cannot_borrow_the_declarations() -> None:
+    # Its aggregate comes first in the method order: FedAvg's folds and
+    # honours_aggregator vouch for FedAvg's aggregate, not for the mixin's.
+    class Audit:
+        def aggregate(self, state: Any, round: int, updates: Any, rng: Any) -> Any:
+            raise AssertionError("never called while the round folds")
+
+    with pytest.raises(TypeError, match="takes aggregate from .*Audit but inherits"):
+
+        class Audited(Audit, FedAvg):
+            pass
+
+    class Plain(Audit, FedAvg):
+        folds = False
+
+    assert not Plain.honours_aggregator and not streams(Plain())
+
+
 def test_folds_without_its_hooks_is_refused_where_written() -> None:
     with pytest.raises(TypeError) as refused:
 

@@ -14,6 +14,7 @@ import numpy as np
 
 import clusterfed
 from clusterfed.actors import RoundOutcome
+from clusterfed.plots import _mean_acc
 from clusterfed.results import mean_std
 from clusterfed.scenarios import Faulty
 from clusterfed.testing import Request, ServerHarness
@@ -86,3 +87,4 @@ def test_a_run_marks_its_faulty_clients_and_reports_the_honest_mean(
     assert marked == {LIAR}
     honest = [c["acc"] for c in last if c["id"] != LIAR]
     assert result.summary["final_mean_acc"] == float(np.mean(honest))
+    assert _mean_acc(result.rows[-1]) == float(np.mean(honest))  # the plots' too
