@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pickle
 import signal
 import socket
 from pathlib import Path
@@ -235,3 +236,31 @@ def test_none_set_explicitly_waits_forever(none: str) -> None:
 def test_a_timeout_that_is_no_limit_is_refused_naming_it(bad: object) -> None:
     with pytest.raises(ScenarioError, match=r"task_timeout_s: .* is no limit"):
         validate({"name": "x", "task_timeout_s": bad}, source="t.toml")
+
+
+def test_a_checkpoint_keeps_the_state_of_clients_whose_worker_was_lost(
+    tmp_path: Path,
+) -> None:
+    # A worker lost between rounds (before a replacement): its clients'
+    # privacy accountants come from what they sent with their last reply,
+    # so a checkpoint taken then does not reset their ε.
+    scenario = dp_scenario()
+    config = {"scenario": scenario.model_dump(mode="json")}
+    runtime = ProcessRuntime(1)
+    federation = Federation(scenario, runtime, tmp_path / "run", config=config)
+
+    async def go() -> tuple[dict[int, Any], dict[int, Any]]:
+        await federation.start()
+        await federation.step(0)
+        before = await runtime.states()
+        worker = runtime._workers[0]
+        worker.process.kill()
+        await asyncio.to_thread(worker.process.join, 10)
+        after = await runtime.states()
+        await federation.close()
+        return before, after
+
+    before, after = asyncio.run(go())
+    assert before and sorted(after) == sorted(before)
+    for cid, state in before.items():
+        assert pickle.dumps(after[cid]) == pickle.dumps(state)

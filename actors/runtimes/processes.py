@@ -318,14 +318,17 @@ class ProcessRuntime:
     async def states(self) -> dict[int, Any]:
         """What each client keeps between rounds (see `Client.state`)."""
         hosted = sorted(self.specs)
+        workers = [self._workers[self.home[c]] for c in hosted]
         found = await asyncio.gather(
-            *(self._workers[self.home[c]].state(self.specs[c]) for c in hosted),
+            *(w.state(self.specs[c]) for w, c in zip(workers, hosted, strict=True)),
             return_exceptions=True,
         )
         states: dict[int, Any] = {}
-        for client, state in zip(hosted, found, strict=True):
+        for client, worker, state in zip(hosted, workers, found, strict=True):
             if isinstance(state, WorkerDied):
-                continue  # its state died with its worker, as in the run
+                # Lost before it could be replaced: the state it sent with
+                # its last reply is what a replacement would be given back.
+                state = worker.states.get(int(client))
             if isinstance(state, BaseException):
                 raise state
             if state is not None:
