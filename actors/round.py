@@ -108,12 +108,13 @@ class Round:
     members: Mapping[ClientId, ClientInfo]
     outcomes: dict[ClientId, ClientOutcome]
     rejections: list[str]
-    limits: UpdateLimits = field(default_factory=lambda: UpdateLimits(0))
-    epsilon: dict[ClientId, float] = field(default_factory=dict)
+    limits: UpdateLimits
+    epsilon: dict[ClientId, float]
     fold: RoundFold | None = None
     once_per_client: bool = True
-    _updated: set[ClientId] = field(default_factory=set)
-    _weight_cap: float | None = None
+    # Derived, never passed: who has an accepted update, and the weight cap.
+    _updated: set[ClientId] = field(default_factory=set, init=False)
+    _weight_cap: float | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         ratio = self.limits.max_weight_ratio

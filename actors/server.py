@@ -71,7 +71,7 @@ class ParameterServer(Membership):
             times the norm of the model it was trained from (at least 1)
             are refused; None: no bound.
         max_weight_ratio: an update's sample count counts at most this many
-            times the median count the round's members declared; None: no
+            times the median count the registered clients declared; None: no
             cap.
         max_in_flight: requests outstanding at once (bounds the memory of
             encoded models and of replies in flight); None: 8 per host of
