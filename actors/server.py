@@ -57,7 +57,8 @@ class ParameterServer(Membership):
     Args:
         strategy: the algorithm deciding plans and aggregation.
         initial_models: the strategy's `initial_models` flat float32 vectors.
-        train_config: base training settings (the strategy may extend them).
+        train_config: the training settings every train task carries, the
+            strategy's `train_config` already applied (`RunPlan.train_config`).
         runtime: hosts the clients.
         rng: the strategy's random stream (from the scenario seed).
         clock: simulated time and the clients' devices.
@@ -109,7 +110,7 @@ class ParameterServer(Membership):
             max_update_ratio,
             max_weight_ratio,
         )
-        self.train_config = strategy.train_config(train_config)
+        self.train_config = train_config
         self.clock = clock if clock is not None else SimClock()
         self.deadline = deadline or WaitAll()
         self.books = ReplyBooks()

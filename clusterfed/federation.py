@@ -76,7 +76,7 @@ def build_server(
     return ParameterServer(
         strategy=plan.strategy,
         initial_models=plan.initial_models,
-        train_config=s.train,
+        train_config=plan.train_config,
         runtime=runtime,
         rng=numpy_rng(s.seed, STRATEGY_STREAM),
         clock=clock,
@@ -123,7 +123,9 @@ class Federation:
         # What ran, as built: every parameter, the train config sent.
         self.config.setdefault(
             "algorithm",
-            algorithm_record(scenario.algorithm, self.plan.strategy, scenario.train),
+            algorithm_record(
+                scenario.algorithm, self.plan.strategy, self.plan.train_config
+            ),
         )
         self.engine = ScenarioEngine(self.plan)
         self.global_test = GlobalTest(scenario, self.plan.dataset)

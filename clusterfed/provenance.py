@@ -63,11 +63,12 @@ def _git(root: Path, *args: str) -> str:
 
 
 def algorithm_record(
-    name: str, strategy: Strategy[Any], train: TrainConfig
+    name: str, strategy: Strategy[Any], train_config: TrainConfig
 ) -> dict[str, Any]:
     """The algorithm as built: its name, class, every keyword parameter with
-    the value the strategy holds (defaults included), and the train config
-    its clients are sent (`Strategy.train_config`, e.g. FedProx's `mu`)."""
+    the value the strategy holds (defaults included), and `train_config`,
+    what its clients are sent (the strategy's `train_config` applied, e.g.
+    FedProx's `mu`: `RunPlan.train_config`)."""
     cls = type(strategy)
     params = {}
     for p in inspect.signature(cls.__init__).parameters.values():
@@ -78,7 +79,7 @@ def algorithm_record(
         "name": name,
         "class": f"{cls.__module__}:{cls.__qualname__}",
         "params": params,
-        "train_config": strategy.train_config(train).model_dump(mode="json"),
+        "train_config": train_config.model_dump(mode="json"),
     }
 
 

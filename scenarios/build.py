@@ -79,13 +79,11 @@ class RunPlan:
     partition_groups: dict[int, int]
     transform_groups: dict[int, int]
     transforms: GroupTransforms
+    # The training settings as the strategy runs them (`Strategy.train_config`
+    # applied once, here): what every train task carries and config.json records.
+    train_config: TrainConfig
     reserved: dict[int, deque[Reserved]] = field(default_factory=dict)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-
-    @property
-    def train_config(self) -> TrainConfig:
-        """The training settings as the strategy runs them."""
-        return self.strategy.train_config(self.scenario.train)
 
     @property
     def initial(self) -> np.ndarray:
@@ -215,7 +213,17 @@ def plan_run(scenario: Scenario) -> RunPlan:
         max(partition.groups) + 1,
         numpy_rng(scenario.seed, TRANSFORM_STREAM),
     )
-    plan = RunPlan(scenario, data, strategy, models, [], {}, {}, transforms)
+    plan = RunPlan(
+        scenario,
+        data,
+        strategy,
+        models,
+        [],
+        {},
+        {},
+        transforms,
+        strategy.train_config(scenario.train),
+    )
     for client_id, part in enumerate(initial):
         group = partition.groups[part]
         transform_group = transforms.deal(client_id)

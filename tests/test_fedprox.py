@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -69,3 +70,25 @@ def test_fedprox_steps_by_its_server_lr() -> None:
     update = ClientUpdate(ClientId(0), ClusterId(0), "ok", model, delta, 10)
     new = strategy.aggregate(state, 0, [update], np.random.default_rng(0))
     np.testing.assert_allclose(new.models[ClusterId(0)], [1.0, 2.0])  # half a step
+
+
+def test_the_train_config_is_built_once_and_is_what_runs_and_is_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from clusterfed.algorithms.fedprox import FedProx
+
+    calls: list[TrainConfig] = []
+    built = FedProx.train_config
+
+    def counted(self: FedProx, base: TrainConfig) -> TrainConfig:
+        calls.append(base)
+        return built(self, base)
+
+    monkeypatch.setattr(FedProx, "train_config", counted)
+    scenario = small_scenario(
+        algorithm="fedprox", rounds=1, algorithm_params={"fedprox": {"mu": 0.25}}
+    )
+    clusterfed.run(scenario, out=tmp_path)
+    assert len(calls) == 1
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["algorithm"]["train_config"]["mu"] == 0.25
