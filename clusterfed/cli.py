@@ -236,7 +236,7 @@ def _compare(args: argparse.Namespace) -> int:
 def _plot(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from clusterfed.plots import plot_runs
+    from clusterfed.plots_runs import plot_runs
 
     folders = [Path(f) for f in args.folders]
     if args.out is not None:

@@ -8,18 +8,15 @@ colour in the accuracy plot. Each plot draws all clients in one call: a
 run's plots cost a fraction of a second, whatever its size.
 
 Accuracy is drawn against simulated time too (`accuracy_time`, and a panel
-of `plot_runs`): asynchronous runs have no rounds, and a synchronous round
+of `plots_runs.plot_runs`): asynchronous runs have no rounds, and a synchronous round
 lasts as long as its slowest client.
 
-`plot_runs` draws several runs (or a compare folder) side by side:
-`clusterfed plot DIR [DIR…]`.
+`plots_runs.plot_runs` draws several runs (or a compare folder) side by
+side: `clusterfed plot DIR [DIR…]`.
 """
 
 from __future__ import annotations
 
-import json
-import warnings
-from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -298,133 +295,3 @@ def _save(fig: Any, path: Path, *, margins: bool = True) -> list[Path]:
         written.append(target)
     plt.close(fig)
     return written
-
-
-# -- several runs side by side ---------------------------------------------------
-
-
-def plot_runs(folders: Sequence[Path], out: Path) -> list[Path]:
-    """Mean client accuracy (with a band), number of clusters and ARI per
-    round of several runs side by side; a compare folder stands for its runs
-    (over seeds too: `seed<s>/<algorithm>/`, or one seed's with `seed<s>/`).
-
-    Runs with the same scenario and algorithm (seeds of one setting) are
-    aggregated: the line is the mean over runs, the band their min..max (the
-    legend gives the number of runs); a single run's band is ± the std over
-    its clients.
-
-    Raises:
-        ValueError: a folder holds no run.
-    """
-    series: dict[str, list[list[Row]]] = defaultdict(list)
-    for folder in folders:
-        for label, rows in _runs_in(folder):
-            series[label].append(rows)
-    fig, grid = plt.subplots(2, 2, figsize=(11, 7.4))
-    acc, timed, clusters, ari = grid.flat
-    for n, (name, runs) in enumerate(series.items()):
-        colour = _PALETTE[n % len(_PALETTE)]
-        # The legend says what the band is: min..max over runs, or clients.
-        label = f"{name} ({len(runs)} runs)" if len(runs) > 1 else name
-        _series(acc, runs, _mean_acc, colour, label, band=_client_band)
-        _over_time(timed, runs, colour, label)
-        _series(clusters, runs, lambda r: r["n_clusters"], colour, label)
-        _series(ari, runs, lambda r: r["ari"], colour, label)
-    for ax, ylabel in zip(
-        (acc, clusters, ari), ("mean client accuracy", "clusters", "ARI"), strict=True
-    ):
-        ax.set(xlabel="round", ylabel=ylabel)
-        _integer_rounds(ax)
-    timed.set(xlabel="simulated time (s)", ylabel="mean client accuracy")
-    acc.set_ylim(0, 1.02)
-    timed.set_ylim(0, 1.02)
-    clusters.yaxis.set_major_locator(MaxNLocator(integer=True))
-    acc.legend(loc="lower right", fontsize="small")
-    return _save(fig, out.with_suffix(".png"))
-
-
-def _runs_in(folder: Path) -> list[tuple[str, list[Row]]]:
-    """(label, rows) of the run in `folder`, or of the runs of a compare
-    folder: comparison.json's keys are its runs' folders (`<algorithm>`, or
-    `seed<s>/<algorithm>` over seeds)."""
-    if (folder / "comparison.json").exists():
-        names = json.loads((folder / "comparison.json").read_text())
-        return [run for name in names for run in _runs_in(folder / name)]
-    rounds = folder / "rounds.jsonl"
-    if not rounds.is_file():
-        raise ValueError(f"{folder}: no rounds.jsonl (not a results folder)")
-    rows = [json.loads(line) for line in rounds.read_text().splitlines() if line]
-    config = json.loads((folder / "config.json").read_text())
-    scenario = config.get("scenario", {})
-    return [(f"{scenario.get('name', '?')} · {scenario.get('algorithm', '?')}", rows)]
-
-
-def _honest_accs(row: Row) -> list[float]:
-    """The client accuracies the run's means count: a client the scenario
-    made faulty reports its own (`results.mean_std` leaves it out too)."""
-    return [
-        c["acc"]
-        for c in row["clients"]
-        if c["acc"] is not None and not c.get("faulty", False)
-    ]
-
-
-def _mean_acc(row: Row) -> float | None:
-    accs = _honest_accs(row)
-    return float(np.mean(accs)) if accs else None
-
-
-def _client_band(row: Row) -> tuple[float, float] | None:
-    accs = _honest_accs(row)
-    if not accs:
-        return None
-    mean, std = float(np.mean(accs)), float(np.std(accs))
-    return mean - std, mean + std
-
-
-def _over_time(ax: Any, runs: list[list[Row]], colour: str, label: str) -> None:
-    """Mean client accuracy against simulated time; over several runs, both
-    are the mean of the runs' rows of the same index (runs of one setting
-    differ in time by their seeds only)."""
-    length = min(len(rows) for rows in runs)
-    times = np.array([[float(r["sim_time"]) for r in rows[:length]] for rows in runs])
-    values = np.array(
-        [
-            [np.nan if (v := _mean_acc(r)) is None else v for r in rows[:length]]
-            for rows in runs
-        ]
-    )
-    with warnings.catch_warnings():  # a row where no run has a value
-        warnings.simplefilter("ignore", RuntimeWarning)
-        ax.plot(
-            times.mean(axis=0), np.nanmean(values, axis=0), color=colour, label=label
-        )
-
-
-def _series(
-    ax: Any,
-    runs: list[list[Row]],
-    value: Any,
-    colour: str,
-    label: str,
-    band: Any = None,
-) -> None:
-    length = min(len(rows) for rows in runs)
-    rounds = np.array([r["round"] for r in runs[0][:length]])
-    values = np.array(
-        [
-            [np.nan if (v := value(r)) is None else v for r in rows[:length]]
-            for rows in runs
-        ]
-    )
-    with warnings.catch_warnings():  # a round where no run has a value
-        warnings.simplefilter("ignore", RuntimeWarning)
-        mean = np.nanmean(values, axis=0)
-        low, high = np.nanmin(values, axis=0), np.nanmax(values, axis=0)
-    ax.plot(rounds, mean, color=colour, label=label)
-    if len(runs) > 1:
-        ax.fill_between(rounds, low, high, color=colour, alpha=0.2)
-    elif band is not None:
-        spans = [band(r) or (np.nan, np.nan) for r in runs[0][:length]]
-        low, high = zip(*spans, strict=True)
-        ax.fill_between(rounds, low, high, color=colour, alpha=0.2)

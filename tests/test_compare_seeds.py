@@ -403,7 +403,7 @@ def test_resume_needs_its_folder_and_no_overwrite(tmp_path: Path) -> None:
 def test_the_plot_of_a_folder_over_seeds_draws_each_algorithm_once(
     over_seeds: CompareResult, tmp_path: Path
 ) -> None:
-    from clusterfed.plots import _runs_in
+    from clusterfed.plots_runs import _runs_in
 
     runs = _runs_in(over_seeds.out)
     assert [label for label, _ in runs] == ["small · fedavg", "small · fedprox"] * 2

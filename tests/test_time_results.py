@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import clusterfed
-from clusterfed import plots
+from clusterfed import plots, plots_runs
 from clusterfed.comparison import seeds_table, table
 from helpers import small_scenario
 
@@ -80,7 +80,7 @@ def test_a_run_draws_accuracy_against_simulated_time(
     assert any(len(x) == 2 and np.allclose(x, times[0]) for x in lines)
     # `clusterfed plot`'s figure has a panel of accuracy over simulated time.
     figure = tmp_path / "all.png"
-    plots.plot_runs([tmp_path / "run"], figure)
+    plots_runs.plot_runs([tmp_path / "run"], figure)
     assert figure.stat().st_size > 0 and figure.with_suffix(".pdf").exists()
     assert np.allclose(drawn["all"][1][0], times)
 
