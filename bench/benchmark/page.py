@@ -1,0 +1,206 @@
+"""docs/BENCHMARK.md: every setting's table with 95 % intervals, its figure,
+the summary figure and what the benchmark cost, from the recorded outcomes."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reproduce.runner import Outcome
+
+from clusterfed.scenarios import load_scenario
+from clusterfed.seeds import Interval, interval, paired_differences
+
+from . import figures
+
+Summary = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of a setting's table: a summary metric, shown scaled."""
+
+    title: str
+    metric: str
+    higher_is_better: bool
+    digits: int
+    scale: float = 1.0
+    needs_truth: bool = False  # shown only where a ground truth exists
+
+
+COLUMNS = (
+    Column("final acc", "final_mean_acc", True, 3),
+    Column("avg acc", "avg_mean_acc", True, 3),
+    Column("ARI", "ari_final", True, 2, needs_truth=True),
+    Column("purity", "purity_final", True, 2, needs_truth=True),
+    Column("rounds to purity 0.9", "rounds_to_purity90", False, 1, needs_truth=True),
+    Column("MB up", "bytes_up", False, 1, scale=1e-6),
+    Column("MB down", "bytes_down", False, 1, scale=1e-6),
+    Column("wall s", "wall_s", False, 0),
+)
+
+
+def column_interval(outcome: Outcome, algorithm: str, column: Column) -> Interval:
+    """`column`'s interval over the seeds of `algorithm` (a seed without a
+    value, e.g. purity 0.9 never reached, is left out of its n)."""
+    values = [
+        float(s[column.metric]) * column.scale
+        for s in outcome.seed_summaries[algorithm].values()
+        if s.get(column.metric) is not None
+    ]
+    return interval(values)
+
+
+def best(outcome: Outcome, column: Column) -> str | None:
+    """The algorithm best on `column`, when it is separated from the next:
+    the seed-by-seed difference to the runner-up has a 95 % interval that
+    excludes 0 on the better side. None: no separated best."""
+    sign = 1.0 if column.higher_is_better else -1.0
+    means = {
+        name: i.mean
+        for name in outcome.seed_summaries
+        if (i := column_interval(outcome, name, column)).mean is not None
+    }
+    if len(means) < 2:
+        return None
+    first, second = sorted(means, key=lambda n: -sign * means[n])[:2]
+    a, b = outcome.seed_summaries[first], outcome.seed_summaries[second]
+    gap = interval(paired_differences(a, b, column.metric))
+    if gap.low is None or gap.high is None:
+        return None
+    return first if (gap.low > 0 if sign > 0 else gap.high < 0) else None
+
+
+def cell(found: Interval, column: Column, n_seeds: int, bold: bool) -> str:
+    if found.mean is None:
+        return "n/a"
+    text = f"{found.mean:.{column.digits}f}"
+    if found.half_width is not None:
+        text += f" ± {found.half_width:.{column.digits}f}"
+    if found.n < n_seeds:
+        text += f" [{found.n}/{n_seeds}]"
+    return f"**{text}**" if bold else text
+
+
+def table(outcome: Outcome) -> list[str]:
+    """A setting's table: one row per algorithm, mean ± half-width of the
+    95 % Student t interval over the seeds; the best in a column in bold
+    only where it is separated from the runner-up (see `best`)."""
+    truth = load_scenario(outcome.experiment.scenario).partition.kind != "dirichlet"
+    columns = [c for c in COLUMNS if truth or not c.needs_truth]
+    marked = {c.metric: best(outcome, c) for c in columns}
+    n_seeds = len(outcome.seeds)
+    lines = [
+        "| algorithm | " + " | ".join(c.title for c in columns) + " |",
+        "|---|" + "---:|" * len(columns),
+    ]
+    for name in outcome.seed_summaries:
+        cells = [
+            cell(
+                column_interval(outcome, name, c), c, n_seeds, marked[c.metric] == name
+            )
+            for c in columns
+        ]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def cost(outcomes: Sequence[Outcome]) -> list[str]:
+    """What the recorded runs took: per setting, the runs' own wall time."""
+    lines = [
+        "| setting | seeds | runs | hours | median run (s) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    total = 0.0
+    for o in outcomes:
+        walls = [s["wall_s"] for by in o.seed_summaries.values() for s in by.values()]
+        total += math.fsum(walls)
+        median = sorted(walls)[len(walls) // 2] if walls else 0.0
+        lines.append(
+            f"| {o.experiment.key} | {len(o.seeds)} | {len(walls)}"
+            f" | {math.fsum(walls) / 3600:.2f} | {median:.0f} |"
+        )
+    lines.append(f"| all | | | {total / 3600:.2f} | |")
+    return lines
+
+
+def write_page(
+    outcomes: Sequence[Outcome],
+    command: str,
+    path: Path,
+    missing: Sequence[str],
+    figure_folder: Path,
+    quick: bool,
+) -> None:
+    """Write the page to `path`, its figures into `figure_folder`."""
+    figure_folder.mkdir(parents=True, exist_ok=True)
+
+    def link(figure: Path) -> str:
+        return Path(os.path.relpath(figure, path.parent)).as_posix()
+
+    lines = [
+        "# The clustered-FL benchmark",
+        "",
+        "Every clustered algorithm in clusterfed, FedAvg and FedProx on the same four"
+        " Fashion-MNIST settings (`clusterfed.scenarios.benchmark`): the same clients,"
+        " rounds and training budget for every algorithm. Each cell is the mean over"
+        " the seeds ± the half-width of its 95 % Student t interval; `[k/n]`: k of"
+        " the n seeds have a value. A column's best is in bold only where the"
+        " seed-by-seed difference to the runner-up has a 95 % interval that excludes"
+        " 0. Accuracies are each client's on its own held-out samples, averaged over"
+        " the clients; `avg acc` averages that over the rounds.",
+        "",
+        f"Written by `{command}` from the records in `docs/records/benchmark`"
+        + (" (--quick: a smoke test, not a result)." if quick else "."),
+        "",
+    ]
+    if missing:
+        lines += [
+            "Not in clusterfed yet, so not on this page: "
+            + ", ".join(f"`{m}`" for m in missing)
+            + ".",
+            "",
+        ]
+    for outcome in outcomes:
+        scenario = load_scenario(outcome.experiment.scenario)
+        key = outcome.experiment.key
+        figure = figures.accuracy_per_round(
+            outcome, figure_folder / f"benchmark-{key}.png"
+        )
+        command = outcome.experiment.command(quick, outcome.dataset, outcome.seeds)
+        lines += [
+            f"## {key}",
+            "",
+            scenario.description,
+            "",
+            f"Seeds {', '.join(map(str, outcome.seeds))}; `{command}`.",
+            "",
+            *table(outcome),
+            "",
+            f"![mean client accuracy per round, {key}]({link(figure)})",
+            "",
+        ]
+    if outcomes:
+        summary = figures.accuracy_against_ari(
+            outcomes, figure_folder / "benchmark-summary.png"
+        )
+        lines += [
+            "## Accuracy against clustering quality",
+            "",
+            "Final mean client accuracy against the final ARI, one point per"
+            " algorithm and setting with a ground truth (mean over the seeds).",
+            "",
+            f"![final accuracy against ARI]({link(summary)})",
+            "",
+            "## What it cost",
+            "",
+            "The recorded runs' own wall time on the machine that ran them.",
+            "",
+            *cost(outcomes),
+            "",
+        ]
+    path.write_text("\n".join(lines))
