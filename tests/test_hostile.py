@@ -1,18 +1,30 @@
 """Hostile inputs through a running server: each is refused with its reason,
 the cluster models are bit for bit what they would be without it, and the run
-goes on.
+goes on — in synchronous rounds and in asynchronous mode alike.
 
 Clients run in this process behind the step harness
 (`clusterfed.testing.ServerHarness`): a test's answer rewrites one reply, or
 makes a client push a message to the server on its own, as a hostile or broken
 client would. The reference run is the same run where the hostile message
 never came (the client's update failed, or nothing was pushed).
+
+Every test that sends the server something runs in both modes (`MODES`): a
+synchronous round and the asynchronous driver settle a train reply through one
+object (`Round.settle`), and a drift between them fails here. Sync mode runs
+FedAvg; FedAvg has no asynchronous mode, so async mode runs its counterpart,
+IFCA with one model weighted by sample count (test_one_judge.py's). What
+legitimately differs by mode is asserted per mode: an async "round" is one
+aggregation (a buffer of arrivals), so a refusal is found in the aggregation
+where the reply arrived rather than at a fixed index; and a task's timing
+decides the async schedule, so an update the round's judge refuses is
+compared with one refused by the same judge (`dropped`), not with a failure.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import msgpack
@@ -23,11 +35,20 @@ import torch
 from clusterfed.actors import ParameterServer, RoundOutcome
 from clusterfed.protocol import Envelope, UpdateReply, decode, encode
 from clusterfed.protocol.tensor import TENSOR_EXT, pack_tensor
+from clusterfed.scenarios import Scenario
 from clusterfed.testing import Request, ServerHarness
 from clusterfed.types import ClientId
 from helpers import small_scenario
 
 HOSTILE = ClientId(2)
+MODES = ["sync", "async"]
+ROUNDS = {"sync": 3, "async": 6}
+"""Rounds of a run by mode. An async run takes 6 aggregations (of 3 arrivals):
+the hostile client's second update arrives in the fourth, and the run goes on
+after it."""
+
+Rewrite = Callable[[ClientId, int, bytes], bytes]
+Push = Callable[[ParameterServer, ClientId, int], Awaitable[None]]
 
 
 @pytest.fixture(autouse=True)
@@ -39,37 +60,59 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(threads)
 
 
+def hostile_scenario(
+    mode: str = "sync", rounds: int | None = None, **changes: Any
+) -> Scenario:
+    """Six clients of `small_scenario` in `mode`: FedAvg in sync mode, IFCA
+    with one model weighted by sample count in async mode."""
+    if mode == "async":
+        ifca = {"ifca": {"clusters": 1, "mean": "weighted"}}
+        changes = {"algorithm": "ifca", "algorithm_params": ifca, **changes}
+    return small_scenario(
+        rounds=ROUNDS[mode] if rounds is None else rounds, mode=mode, **changes
+    )
+
+
 def run(
-    rounds: int = 3,
+    rounds: int | None = None,
     *,
-    rewrite: Callable[[ClientId, int, bytes], bytes] | None = None,
-    push: Callable[[ParameterServer, ClientId, int], Any] | None = None,
+    mode: str = "sync",
+    rewrite: Rewrite | None = None,
+    push: Push | None = None,
     leave: tuple[ClientId, int] | None = None,
     kind: str = "train_task",
     **changes: Any,
 ) -> tuple[ParameterServer, list[RoundOutcome]]:
-    """A federation of six clients through the step harness: `rewrite(client,
-    round, reply)` returns the bytes delivered instead of the honest reply to
-    a task of `kind` (raise to make the exchange fail); `push(server, client,
-    round)` runs before each train request, to send the server messages on
-    the side; `leave = (client, round)` makes a client leave before that
-    round."""
-    harness = ServerHarness(small_scenario(rounds=rounds, **changes))
+    """A federation of six clients through the step harness.
+
+    `rewrite(client, n, reply)` returns the bytes delivered instead of the
+    honest reply to the client's `n`-th task of `kind`, counted from 0 — its
+    round in sync mode, where a client has one task a round; in async mode a
+    fast client may have several in one aggregation (raise to make the
+    exchange fail). `push(server, client, round)` runs before each train
+    request, `round` the request's (in async mode the aggregation that sent
+    it), to send the server messages on the side; `leave = (client, round)`
+    makes a client leave before that round."""
+    scenario = hostile_scenario(mode, rounds, **changes)
+    harness = ServerHarness(scenario)
+    tasks: Counter[tuple[int, str]] = Counter()
 
     async def answer(request: Request) -> bytes | None:
         client = ClientId(request.client)
+        n = tasks[(client, request.kind)]
+        tasks[(client, request.kind)] += 1
         if request.kind == "train_task" and push is not None:
             await push(harness.server, client, request.round)
         reply = await harness.honest(request)
         assert reply is not None
         if request.kind == kind and rewrite is not None:
-            return rewrite(client, request.round, reply)
+            return rewrite(client, n, reply)
         return reply
 
     async def go() -> tuple[ParameterServer, list[RoundOutcome]]:
         await harness.join()
         outcomes = []
-        for r in range(rounds):
+        for r in range(scenario.rounds):
             if leave is not None and leave[1] == r:
                 notice = harness.clients[leave[0]].leave_notice("bye")
                 await harness.server.handle(notice, leave[0])
@@ -79,20 +122,68 @@ def run(
     return asyncio.run(go())
 
 
-def in_round(round: int, forge: Callable[[bytes], bytes]) -> Callable[..., bytes]:
-    def rewrite(client: ClientId, r: int, reply: bytes) -> bytes:
-        return forge(reply) if client == HOSTILE and r == round else reply
+def in_round(round: int, forge: Callable[[bytes], bytes]) -> Rewrite:
+    """`forge` the hostile client's reply to its task `round` (see `run`)."""
+
+    def rewrite(client: ClientId, n: int, reply: bytes) -> bytes:
+        return forge(reply) if client == HOSTILE and n == round else reply
 
     return rewrite
 
 
-def fails(round: int) -> Callable[..., bytes]:
+def fails(round: int) -> Rewrite:
     """The reference: the hostile client's update of `round` simply fails."""
 
     def vanish(reply: bytes) -> bytes:
         raise ConnectionError("client vanished")
 
     return in_round(round, vanish)
+
+
+def with_payload(**fields: Any) -> Callable[[bytes], bytes]:
+    """Rewrite fields of a reply's payload, below the codec (as a hostile
+    client's own encoder would)."""
+
+    def forge(reply: bytes) -> bytes:
+        raw = msgpack.unpackb(
+            reply, raw=False, ext_hook=lambda c, d: msgpack.ExtType(c, d)
+        )
+        for key, value in fields.items():
+            if isinstance(value, np.ndarray):
+                value = msgpack.ExtType(TENSOR_EXT, pack_tensor(value))
+            raw["payload"][key] = value
+        return msgpack.packb(raw, use_bin_type=True)
+
+    return forge
+
+
+def dropped(mode: str, round: int) -> Rewrite:
+    """The reference of an update the round's judge refuses (`check_update`).
+
+    Sync mode: the update simply fails. Async mode: a failed task comes back
+    at once and its client rests until the next aggregation, while a judged
+    update arrives on the simulated clock and its client starts again then:
+    the schedule, and with it the models, would differ. There the reference
+    is the update refused by the same judge for another reason (a cluster
+    that was never sent). A refusal on reading (codec, ids, rounds) takes no
+    simulated time, as a failure: `fails` is its reference in both modes."""
+    if mode == "sync":
+        return fails(round)
+    return in_round(round, with_payload(cluster=99))
+
+
+def once(round: int, push: Push) -> Push:
+    """`push` once, before the first train request of `round` or later: in
+    sync mode client 0's of `round`, in async mode the first task the driver
+    starts in that aggregation or after."""
+    done: list[int] = []
+
+    async def first(server: ParameterServer, client: ClientId, r: int) -> None:
+        if r >= round and not done:
+            done.append(r)
+            await push(server, client, r)
+
+    return first
 
 
 def assert_same_models(a: ParameterServer, b: ParameterServer) -> None:
@@ -102,27 +193,52 @@ def assert_same_models(a: ParameterServer, b: ParameterServer) -> None:
     assert dict(a.state.assignment) == dict(b.state.assignment)
 
 
+def refused_in(outcomes: list[RoundOutcome]) -> list[int]:
+    """The round of each refusal of the run."""
+    return [i for i, o in enumerate(outcomes) for _ in o.rejections]
+
+
 def assert_refused_once(
-    outcomes: list[RoundOutcome], round: int, reason: str, *, update: bool = True
-) -> None:
-    counts = [o.rejected_messages for o in outcomes]
-    assert counts == [int(r == round) for r in range(len(outcomes))], counts
-    (rejection,) = outcomes[round].rejections
+    outcomes: list[RoundOutcome],
+    round: int,
+    reason: str,
+    *,
+    update: bool = True,
+    mode: str = "sync",
+) -> int:
+    """One refusal in the run, for `reason`: in sync mode in `round`, in async mode in whichever aggregation the reply
+    arrived (a reply refused on reading arrives when it was sent). With
+    `update`, the hostile client's row there is refused. Returns the round."""
+    rounds = refused_in(outcomes)
+    if mode == "sync":
+        assert rounds == [round], [o.rejected_messages for o in outcomes]
+    assert len(rounds) == 1, [o.rejected_messages for o in outcomes]
+    (at,) = rounds
+    (rejection,) = outcomes[at].rejections
     assert reason in rejection, rejection
-    assert len(outcomes) == 3  # the run went on to its end
     if update:
-        row = {c.id: c for c in outcomes[round].clients}[HOSTILE]
+        row = {c.id: c for c in outcomes[at].clients}[HOSTILE]
         assert row.rejected and not row.trained and not row.failed
+    return at
+
+
+def others_trained(outcome: RoundOutcome, *hostile: ClientId) -> None:
+    """Every update the round settled is accepted but those of `hostile`
+    (in sync mode every client's is settled, in async mode the arrivals')."""
+    settled = {c.id for c in outcome.clients if c.planned}
+    assert {c.id for c in outcome.clients if c.trained} == settled - set(hostile)
+    assert set(hostile) <= settled
 
 
 class Capture:
-    """Keeps every train reply by (client, round), passing it on unchanged."""
+    """Keeps every train reply by (client, its task number), passing it on
+    unchanged (see `run`)."""
 
     def __init__(self) -> None:
         self.sent: dict[tuple[ClientId, int], bytes] = {}
 
-    def record(self, client: ClientId, round: int, reply: bytes) -> bytes:
-        self.sent[(client, round)] = reply
+    def record(self, client: ClientId, n: int, reply: bytes) -> bytes:
+        self.sent[(client, n)] = reply
         return reply
 
 
@@ -140,90 +256,121 @@ def scaled(factor: float) -> Callable[[bytes], bytes]:
     return forge
 
 
-def test_an_update_above_the_norm_bound_is_refused() -> None:
-    server, outcomes = run(rewrite=in_round(1, scaled(1e4)), max_update_norm=50.0)
-    reference, _ = run(rewrite=fails(1), max_update_norm=50.0)
-    assert_refused_once(outcomes, 1, "above max_update_norm = 50")
+@pytest.mark.parametrize("mode", MODES)
+def test_an_update_above_the_norm_bound_is_refused(mode: str) -> None:
+    server, outcomes = run(
+        mode=mode, rewrite=in_round(1, scaled(1e4)), max_update_norm=50.0
+    )
+    reference, _ = run(mode=mode, rewrite=dropped(mode, 1), max_update_norm=50.0)
+    assert_refused_once(outcomes, 1, "above max_update_norm = 50", mode=mode)
     assert_same_models(server, reference)
 
 
-def test_without_a_bound_a_large_update_is_taken() -> None:
-    # Round 1 is the last: the hostile update, 1e4 times what the client
-    # trained, is averaged in by its share of the samples, so the model ends
-    # (1e4 - 1) x share x delta away from the clean run's. (Near 1e3 times
-    # the model's norm, the default max_update_ratio would refuse it.)
+@pytest.mark.parametrize(("mode", "rounds"), [("sync", 2), ("async", 4)])
+def test_without_a_bound_a_large_update_is_taken(mode: str, rounds: int) -> None:
+    # The last round takes the hostile update, 1e4 times what the client
+    # trained: its model ends (1e4 - 1) x weight x delta away from the clean
+    # run's, the update's weight its share of the samples (sync: the round's;
+    # async: its buffer's, discounted by its staleness τ, s(τ) = (τ+1)^-0.5).
+    # (Near 1e3 times the model's norm, the default max_update_ratio would
+    # refuse it.)
     transport = Capture()
-    clean, _ = run(rounds=2, rewrite=transport.record, max_update_ratio=None)
+    clean, _ = run(rounds, mode=mode, rewrite=transport.record, max_update_ratio=None)
     server, outcomes = run(
-        rounds=2, rewrite=in_round(1, scaled(1e4)), max_update_ratio=None
+        rounds, mode=mode, rewrite=in_round(1, scaled(1e4)), max_update_ratio=None
     )
-    assert [o.rejected_messages for o in outcomes] == [0, 0]
-    assert {c.id for c in outcomes[1].clients if c.trained} == set(range(6))
-    replies: dict[ClientId, UpdateReply] = {}
-    for (client, r), data in transport.sent.items():
+    assert refused_in(outcomes) == []
+    last = outcomes[-1]
+    settled = {c.id: c for c in last.clients if c.planned}
+    assert all(c.trained for c in settled.values())
+    if mode == "sync":
+        assert set(settled) == set(range(6))
+    samples: dict[ClientId, int] = {}
+    for (client, _), data in transport.sent.items():
         payload = decode(data).payload
-        if r == 1 and isinstance(payload, UpdateReply):
-            replies[client] = payload
-    assert len(replies) == 6
-    share = replies[HOSTILE].n_samples / sum(p.n_samples for p in replies.values())
-    delta = replies[HOSTILE].delta.astype(np.float64)
-    expected = (1e4 - 1) * share * delta
+        assert isinstance(payload, UpdateReply)
+        samples[client] = payload.n_samples
+    hostile = decode(transport.sent[(HOSTILE, 1)]).payload
+    assert isinstance(hostile, UpdateReply)
+    # The hostile update of task 1 is one the last round settled.
+    assert HOSTILE in settled and hostile.n_samples == samples[HOSTILE]
+    share = samples[HOSTILE] / sum(samples[c] for c in settled)
+    if mode == "async":
+        staleness = settled[HOSTILE].staleness
+        assert staleness is not None
+        share *= (staleness + 1) ** -0.5
+    expected = (1e4 - 1) * share * hostile.delta.astype(np.float64)
     moved = server.state.models[0].astype(np.float64) - clean.state.models[0]
     assert np.linalg.norm(expected) > 1.0  # far more than a round's step
     np.testing.assert_allclose(moved, expected, rtol=1e-3, atol=1e-3)
 
 
-def test_a_replayed_reply_of_a_round_that_is_over_is_refused() -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_a_replayed_reply_of_a_round_that_is_over_is_refused(mode: str) -> None:
     transport_sent: dict[int, bytes] = {}
 
-    def replay(client: ClientId, r: int, reply: bytes) -> bytes:
-        if client == HOSTILE and r == 1:
+    def replay(client: ClientId, n: int, reply: bytes) -> bytes:
+        if client == HOSTILE and n == 1:
             transport_sent[1] = reply
-        if client == HOSTILE and r == 2:
-            return transport_sent[1]  # its reply of round 1, byte for byte
+        if client == HOSTILE and n == 2:
+            return transport_sent[1]  # its reply of task 1, byte for byte
         return reply
 
-    server, outcomes = run(rewrite=replay)
-    reference, _ = run(rewrite=fails(2))
-    assert [o.rejected_messages for o in outcomes] == [0, 0, 1]
+    server, outcomes = run(mode=mode, rewrite=replay)
+    reference, _ = run(mode=mode, rewrite=fails(2))
+    at = assert_refused_once(outcomes, 2, "which is over", mode=mode)
+    old = decode(transport_sent[1]).round
     assert (
-        "reply for round 1, which is over (this is round 2)"
-        in (outcomes[2].rejections[0])
+        f"reply for round {old}, which is over (this is round {at})"
+        in outcomes[at].rejections[0]
     )
     assert_same_models(server, reference)
 
 
-def test_a_duplicate_update_in_the_same_round_is_refused() -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_a_duplicate_update_in_the_same_round_is_refused(mode: str) -> None:
+    retried: list[int] = []
+
     async def resend(server: ParameterServer, client: ClientId, round: int) -> None:
-        # While the round trains, the hostile client's update of this round,
-        # already received, reaches the server a second time.
-        # A retry: the same update under a message id of its own.
-        if round == 1 and client == HOSTILE + 1:
-            first = decode(transport.sent[(HOSTILE, 1)])
-            retry = first.model_copy(update={"msg_id": "client/2:retry"})
-            answer = decode(await server.handle(encode(retry)))
-            assert answer.payload.kind == "error"
+        # At the next train request after the hostile client's update of
+        # task 1, that update, already received, reaches the server a
+        # second time: a retry, the same update under a message id of its own.
+        if retried or (HOSTILE, 1) not in transport.sent:
+            return
+        first = decode(transport.sent[(HOSTILE, 1)])
+        retried.extend((first.round, round))  # sent in, retried in
+        retry = first.model_copy(update={"msg_id": "client/2:retry"})
+        answer = decode(await server.handle(encode(retry)))
+        assert answer.payload.kind == "error"
 
     transport = Capture()
     # Without a wall-clock limit the courier awaits each reply in place, so
-    # client 2's reply is taken before client 3's request comes (a limit
+    # client 2's reply is taken before the next request comes (a limit
     # wraps each request in a task of its own, which reorders them).
-    server, outcomes = run(push=resend, rewrite=transport.record, task_timeout_s=None)
-    clean, _ = run(task_timeout_s=None)
-    assert_refused_once(outcomes, 1, "duplicate: request '", update=False)
-    assert (
-        f"already answered by client {HOSTILE} in round 1"
-        in (outcomes[1].rejections[0])
+    server, outcomes = run(
+        mode=mode, push=resend, rewrite=transport.record, task_timeout_s=None
     )
-    row = {c.id: c for c in outcomes[1].clients}[HOSTILE]
-    assert row.trained  # the first copy counts, once
+    clean, _ = run(mode=mode, task_timeout_s=None)
+    at = assert_refused_once(
+        outcomes, 1, "duplicate: request '", update=False, mode=mode
+    )
+    assert retried == [at, at]  # in the round of the update it copies
+    assert (
+        f"already answered by client {HOSTILE} in round {at}"
+        in (outcomes[at].rejections[0])
+    )
+    rows = [c for o in outcomes for c in o.clients if c.id == HOSTILE and c.planned]
+    assert rows and all(c.trained for c in rows)  # the first copy counts, once
     assert_same_models(server, clean)
 
 
-def test_a_reply_already_received_is_refused_as_a_duplicate() -> None:
-    # The hostile client answers its evaluate task with its update again.
-    harness = ServerHarness(small_scenario(rounds=3))
+@pytest.mark.parametrize("mode", MODES)
+def test_a_reply_already_received_is_refused_as_a_duplicate(mode: str) -> None:
+    # The hostile client answers its evaluate task of round 1 with the last
+    # update it sent, which the server received in round 1.
+    harness = ServerHarness(hostile_scenario(mode))
     last: dict[int, bytes] = {}
+    echoed: list[int] = []  # the round of the update sent back
 
     async def echo(request: Request) -> bytes | None:
         reply = await harness.honest(request)
@@ -235,57 +382,72 @@ def test_a_reply_already_received_is_refused_as_a_duplicate() -> None:
             HOSTILE,
             1,
         ):
+            echoed.append(decode(last[request.client]).round)
             return last[request.client]
         return reply
 
     async def go() -> tuple[ParameterServer, list[RoundOutcome]]:
         await harness.join()
-        return harness.server, [await harness.run_round(r, echo) for r in range(3)]
+        rounds = range(ROUNDS[mode])
+        return harness.server, [await harness.run_round(r, echo) for r in rounds]
 
     server, outcomes = asyncio.run(go())
-    clean, _ = run()
-    assert_refused_once(outcomes, 1, "duplicate: message 'client/2:re:", update=False)
+    clean, _ = run(mode=mode)
+    assert_refused_once(
+        outcomes, 1, "duplicate: message 'client/2:re:", update=False, mode=mode
+    )
+    assert echoed == [1]
     assert "was already received in round 1" in outcomes[1].rejections[0]
+    assert {c.id: c for c in outcomes[1].clients}[HOSTILE].acc is None
     assert_same_models(server, clean)
 
 
-def test_a_reply_from_an_unknown_client_is_refused() -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_a_reply_from_an_unknown_client_is_refused(mode: str) -> None:
     def stranger(reply: bytes) -> bytes:
         env = decode(reply)
         return encode(env.model_copy(update={"sender": "client/99"}))
 
-    server, outcomes = run(rewrite=in_round(1, stranger))
-    reference, _ = run(rewrite=fails(1))
-    assert_refused_once(outcomes, 1, "message from unknown client 'client/99'")
+    server, outcomes = run(mode=mode, rewrite=in_round(1, stranger))
+    reference, _ = run(mode=mode, rewrite=fails(1))
+    assert_refused_once(
+        outcomes, 1, "message from unknown client 'client/99'", mode=mode
+    )
     assert_same_models(server, reference)
 
 
-def test_an_update_from_a_departed_client_is_refused() -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_an_update_from_a_departed_client_is_refused(mode: str) -> None:
     gone = ClientId(5)
 
     async def ghost(server: ParameterServer, client: ClientId, round: int) -> None:
-        # Client 5 left before round 2; during round 2 its update of round 1,
+        # Client 5 left before round 2; during round 2 its update of task 1,
         # re-addressed to round 2, reaches the server.
-        if round == 2 and client == 0:
-            old = decode(transport.sent[(gone, 1)])
-            forged = old.model_copy(update={"round": 2, "msg_id": "client/5:late"})
-            await server.handle(encode(forged))
+        old = decode(transport.sent[(gone, 1)])
+        forged = old.model_copy(update={"round": 2, "msg_id": "client/5:late"})
+        await server.handle(encode(forged))
 
     transport = Capture()
-    server, outcomes = run(push=ghost, rewrite=transport.record, leave=(gone, 2))
-    reference, ref_outcomes = run(leave=(gone, 2))
-    assert [o.rejected_messages for o in outcomes] == [0, 0, 1]
+    server, outcomes = run(
+        mode=mode, push=once(2, ghost), rewrite=transport.record, leave=(gone, 2)
+    )
+    reference, ref_outcomes = run(mode=mode, leave=(gone, 2))
+    assert refused_in(outcomes) == [2]
     assert (
         "inbound 'update_reply': message from client 5, which has left"
         in (outcomes[2].rejections[0])
     )
-    assert gone not in {c.id for c in outcomes[2].clients}
+    assert all(gone not in {c.id for c in o.clients} for o in outcomes[2:])
     assert_same_models(server, reference)
-    assert ref_outcomes[2].rejected_messages == 0
+    assert refused_in(ref_outcomes) == []
 
 
-def test_the_books_balance_with_every_refusal() -> None:
-    server, outcomes = run(rewrite=in_round(1, scaled(1e4)), max_update_norm=50.0)
+@pytest.mark.parametrize("mode", MODES)
+def test_the_books_balance_with_every_refusal(mode: str) -> None:
+    server, outcomes = run(
+        mode=mode, rewrite=in_round(1, scaled(1e4)), max_update_norm=50.0
+    )
+    assert len(refused_in(outcomes)) == 1
     for outcome in outcomes:
         flags = [
             (c.trained, c.late, c.failed, c.rejected)
@@ -293,33 +455,37 @@ def test_the_books_balance_with_every_refusal() -> None:
             if c.planned
         ]
         assert all(sum(f) == 1 for f in flags)
-        assert len(flags) == outcome.planned_updates == 6
+        # A round settles every client's update; an aggregation its arrivals.
+        assert len(flags) == outcome.planned_updates
+        assert len(flags) == 6 if mode == "sync" else len(flags) >= 1
 
 
-def test_an_inbound_update_with_no_request_is_refused() -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_an_inbound_update_with_no_request_is_refused(mode: str) -> None:
     async def unsolicited(server: ParameterServer, client: ClientId, r: int) -> None:
-        if r == 1 and client == 0:
-            env = Envelope(
-                msg_id="client/3:own",
-                sender="client/3",
-                recipient="server",
-                round=1,
-                payload=UpdateReply(
-                    cluster=0,
-                    delta=np.zeros(3, dtype=np.float32),
-                    n_samples=1,
-                    loss=0.0,
-                    compute_s=0.0,
-                ),
-            )
-            await server.handle(encode(env))
+        # Client 3's update of its first task, sent again on its own, as
+        # if for round 1, answering no request.
+        honest = decode(transport.sent[(ClientId(3), 0)])
+        env = Envelope(
+            msg_id="client/3:own",
+            sender="client/3",
+            recipient="server",
+            round=1,
+            payload=honest.payload,
+        )
+        await server.handle(encode(env))
 
-    server, outcomes = run(push=unsolicited)
-    clean, _ = run()
-    assert_refused_once(
+    transport = Capture()
+    server, outcomes = run(
+        mode=mode, push=once(1, unsolicited), rewrite=transport.record
+    )
+    clean, _ = run(mode=mode)
+    at = assert_refused_once(
         outcomes,
         1,
         "inbound 'update_reply' from 'client/3' is not accepted",
         update=False,
+        mode=mode,
     )
+    assert at == 1
     assert_same_models(server, clean)
