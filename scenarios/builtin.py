@@ -7,7 +7,7 @@ from collections.abc import Callable
 from clusterfed.actors.clock import DeviceProfile
 from clusterfed.protocol import TrainConfig
 
-from . import papers, papers_fmnist
+from . import baselines, papers, papers_fmnist
 from .faults import Faulty
 from .partitions import DirichletPartition
 from .spec import DatasetSpec, ModelSpec, Scenario
@@ -90,4 +90,9 @@ BUILTIN: dict[str, Callable[[], Scenario]] = {
     "gradloss-fig2-fmnist": papers_fmnist.gradloss_fig2_fmnist,
     "cafa-mix-fmnist": papers_fmnist.cafa_mix_fmnist,
     "cafa-mix50-fmnist": papers_fmnist.cafa_mix50_fmnist,
+    # The clustered baselines' own experiments (issue 36), digits and at scale.
+    "flhc-swap": baselines.flhc_swap,
+    "flhc-swap-fmnist": baselines.flhc_swap_fmnist,
+    "fesem-rotated": baselines.fesem_rotated,
+    "fesem-rotated-fmnist": baselines.fesem_rotated_fmnist,
 }

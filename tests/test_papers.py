@@ -391,6 +391,8 @@ STANDS_IN_FOR = {
 
 def test_every_paper_s_scenario_has_its_claims_listed() -> None:
     papers = set(BUILTIN) - {"quickstart", "byzantine", "async-stragglers"}
+    # The clustered baselines' scenarios (issue 36) are checked in their tests.
+    papers -= {n for n, f in BUILTIN.items() if f.__module__.endswith(".baselines")}
     assert set(CLAIMS) == papers
 
 
