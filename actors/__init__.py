@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .client import Client, client_address
+from .client import Client, ClientState, client_address
 from .clock import DeviceProfile, SimClock, compute_s, transfer_s
 from .courier import ClientUnreachable, Courier
 from .host import ClientHost
@@ -17,6 +17,7 @@ __all__ = [
     "ClientHost",
     "ClientOutcome",
     "ClientSpec",
+    "ClientState",
     "ClientUnreachable",
     "Courier",
     "DeviceProfile",

@@ -36,9 +36,10 @@ rests until the next aggregation like any failed one.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from clusterfed.algorithms import ClientInfo, ClientUpdate, TaskPlan
 from clusterfed.types import ClientId, ClusterId
@@ -66,6 +67,63 @@ class _Running:
     gone: float | None = None  # it went offline this far into its task
 
 
+Queued = tuple[float, int, int, _Running | None]
+"""An event of the driver's queue: (time, client, start order, task); no task:
+an offline client comes back online then."""
+
+
+class DriverSnapshot(TypedDict):
+    """The driver between two aggregations, for a checkpoint (`snapshot`)."""
+
+    version: int
+    versions: dict[ClusterId, int]
+    heap: list[Queued]
+    seq: int
+    waking: set[ClientId]
+
+
+def driver_snapshot_problem(snapshot: DriverSnapshot) -> str | None:
+    """Why `snapshot` (from a checkpoint) cannot be a driver's, or None: its
+    values are checked, its keys are the checkpoint's to check."""
+    if not _count(snapshot["version"]) or not _count(snapshot["seq"]):
+        return (
+            f"version {snapshot['version']!r} and seq {snapshot['seq']!r}"
+            " are not both counts"
+        )
+    versions = snapshot["versions"]
+    if not isinstance(versions, dict) or not all(
+        _count(k) and _count(v) for k, v in versions.items()
+    ):
+        return "versions is not one of clusters to counts"
+    waking = snapshot["waking"]
+    if not isinstance(waking, set) or not all(_count(c) for c in waking):
+        return "waking is not a set of clients"
+    heap = snapshot["heap"]
+    if not isinstance(heap, list):
+        return f"queue is a {type(heap).__name__}, not a list"
+    for index, event in enumerate(heap):
+        if not (
+            isinstance(event, tuple)
+            and len(event) == 4
+            and isinstance(event[0], float | int)
+            and not isinstance(event[0], bool)
+            and math.isfinite(event[0])
+            and _count(event[1])
+            and _count(event[2])
+            and event[2] < snapshot["seq"]
+            and (event[3] is None or isinstance(event[3], _Running))
+        ):
+            return (
+                f"queue entry {index} is not (time, client, start order < seq,"
+                " task or None)"
+            )
+    return None
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 class AsyncDriver:
     """Runs a `ParameterServer` asynchronously (see the module docstring).
 
@@ -89,9 +147,8 @@ class AsyncDriver:
         self.max_staleness = max_staleness
         self.version = 0
         self.versions: dict[ClusterId, int] = {}  # per cluster, see above
-        # (time, client, start order, task); no task: an offline client
-        # comes back online then, and idle places are filled again.
-        self._heap: list[tuple[float, int, int, _Running | None]] = []
+        # When a client comes back online, idle places are filled again.
+        self._heap: list[Queued] = []
         self._seq = 0
         self._waking: set[ClientId] = set()  # offline clients with a wake-up
         # Clients whose task failed, or whose reply was refused before it
@@ -99,7 +156,7 @@ class AsyncDriver:
         # end takes no simulated time, and restarting at once would spin.
         self._resting: set[ClientId] = set()
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> DriverSnapshot:
         """The driver between two aggregations, for a checkpoint (picklable):
         the versions, and the event queue with the tasks in flight. A task in
         flight was trained when it started and its reply is in the queue, so
@@ -112,7 +169,7 @@ class AsyncDriver:
             "waking": set(self._waking),
         }
 
-    def restore(self, snapshot: Mapping[str, Any]) -> None:
+    def restore(self, snapshot: DriverSnapshot) -> None:
         """Take back what `snapshot` returned."""
         self.version = int(snapshot["version"])
         self.versions = dict(snapshot["versions"])

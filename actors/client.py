@@ -14,7 +14,8 @@ memory. The models its tasks run in belong to the host (`ScratchModels`).
 from __future__ import annotations
 
 import logging
-from typing import Any
+import math
+from typing import Any, TypedDict
 
 from clusterfed.algorithms import Candidate
 from clusterfed.data import load_dataset
@@ -53,6 +54,64 @@ log = logging.getLogger(__name__)
 
 def client_address(client_id: int) -> str:
     return f"client/{client_id}"
+
+
+class ClientState(TypedDict, total=False):
+    """What a client keeps between rounds, for a checkpoint (`Client.state`);
+    a key is there only when the client keeps it.
+
+    Nothing of its trainer is in it: the optimizer is new every round and
+    the trainer's random streams derive from the client's seed and the round
+    (`trainer.py`), and its data and transform come from its spec (the
+    engine's snapshot holds that).
+    """
+
+    privacy: list[tuple[float, float, int]]
+    """Its privacy accountant's history, one (noise multiplier, sample rate,
+    steps) per training call (Opacus' `accountant.history`); under local DP."""
+    last_update: bytes
+    """A faulty client's last encoded `UpdateReply`, the one it replays."""
+
+
+CLIENT_STATE_KEYS = ClientState.__optional_keys__
+
+
+def client_state_problem(state: object) -> str | None:
+    """Why `state` (from a checkpoint) is not a `ClientState`, or None."""
+    if not isinstance(state, dict):
+        return f"is a {type(state).__name__}, not a client's state"
+    unknown = sorted(map(str, set(state) - CLIENT_STATE_KEYS))
+    if unknown:
+        return f"holds {', '.join(unknown)}, which no client keeps"
+    history = state.get("privacy", [])
+    if not isinstance(history, list):
+        return f"has a privacy history that is a {type(history).__name__}"
+    for index, entry in enumerate(history):
+        if not _accountant_step(entry):
+            return (
+                f"has privacy history entry {index} {entry!r}, expected"
+                " (noise multiplier, sample rate, steps)"
+            )
+    if not isinstance(state.get("last_update", b""), bytes):
+        return "has a last update that is not bytes"
+    return None
+
+
+def _accountant_step(entry: object) -> bool:
+    """Whether `entry` is one (noise multiplier, sample rate, steps)."""
+    if not isinstance(entry, tuple) or len(entry) != 3:
+        return False
+    noise, rate, steps = entry
+    return (
+        isinstance(noise, float)
+        and isinstance(rate, float)
+        and math.isfinite(noise)
+        and noise >= 0
+        and 0 <= rate <= 1
+        and isinstance(steps, int)
+        and not isinstance(steps, bool)
+        and steps >= 0
+    )
 
 
 def keeps_state(spec: ClientSpec) -> bool:
@@ -108,22 +167,21 @@ class Client:
             raise ValueError(f"spec of client {spec.id} given to client {self.id}")
         self.spec = spec
 
-    def state(self) -> dict[str, Any] | None:
+    def state(self) -> ClientState | None:
         """What the client keeps between rounds, for a checkpoint: its privacy
         accountant's history and a faulty client's last update (None: nothing)."""
-        state: dict[str, Any] = {}
+        state: ClientState = {}
         if self.spec.privacy is not None:
             privacy = self._trainer.privacy if self._trainer is not None else None
-            state["privacy"] = (
-                [tuple(entry) for entry in privacy.engine.accountant.history]
-                if privacy is not None
-                else []
-            )
+            history = privacy.engine.accountant.history if privacy is not None else []
+            # Opacus keeps tuples (of numpy or Python numbers): plain ones go
+            # into the checkpoint, as `restore` gives them back.
+            state["privacy"] = [(float(s), float(q), int(n)) for s, q, n in history]
         if self.faults.last_update is not None:
             state["last_update"] = self.faults.last_update
         return state or None
 
-    def restore(self, state: dict[str, Any] | None) -> None:
+    def restore(self, state: ClientState | None) -> None:
         """Take back what `state` returned (in a fresh process, on resume)."""
         state = state or {}
         history = state.get("privacy") or []

@@ -10,12 +10,13 @@ memory) on their own objects.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 import torch
 from threadpoolctl import threadpool_limits
 
-from .client import Client, keeps_state
+from clusterfed.types import ClientId
+
+from .client import Client, ClientState, keeps_state
 from .spec import ClientSpec, ScratchModels
 
 
@@ -70,17 +71,20 @@ class ClientHost:
         """The client's reply to `data`; None if it does not answer."""
         return await self._client(client).handle(data)
 
-    def states(self, clients: Sequence[int] | None = None) -> dict[int, Any]:
+    def states(
+        self, clients: Sequence[int] | None = None
+    ) -> dict[ClientId, ClientState]:
         """What hosted clients keep between rounds (see `Client.state`)."""
         ids = sorted(self.clients) if clients is None else clients
         found = {
-            cid: self.clients[cid].state()
+            ClientId(cid): self.clients[cid].state()
             for cid in ids
             if cid in self.clients and keeps_state(self.clients[cid].spec)
         }
         return {cid: state for cid, state in found.items() if state is not None}
 
-    def restore(self, states: Mapping[int, Any]) -> None:
+    def restore(self, states: Mapping[ClientId, ClientState]) -> None:
+        """Give hosted clients what `states` returned; others are not here."""
         for cid, state in states.items():
             if cid in self.clients:
                 self.clients[cid].restore(state)

@@ -30,7 +30,9 @@ from clusterfed.protocol.codec import (
     read_records,
     to_json_form,
 )
+from clusterfed.types import ClientId
 
+from .client import ClientState
 from .runtimes import Runtime
 from .spec import ClientSpec
 
@@ -248,10 +250,10 @@ class TracingRuntime:
             self.writer.message("reply", client, reply)
         return reply
 
-    async def states(self) -> dict[int, Any]:
+    async def states(self) -> dict[ClientId, ClientState]:
         return await self.inner.states()
 
-    async def restore(self, states: Mapping[int, Any]) -> None:
+    async def restore(self, states: Mapping[ClientId, ClientState]) -> None:
         await self.inner.restore(states)
 
     async def settle(self) -> None:

@@ -1,7 +1,8 @@
 """Checkpoints: everything a stopped run needs to go on where it stopped.
 
 With `checkpoint_every = N` a run writes `checkpoint.pkl` into its results
-folder after every N-th round, all gathered by `Federation.checkpoint`: the
+folder after every N-th round: a `FederationSnapshot` gathered by
+`Federation.snapshot`, one typed snapshot per part: the
 server's state (cluster models, the assignment, the strategy's state and
 random stream, the client registry, the books, the next message id) and
 simulated now, the scenario engine's position (its timeline, the clients'
@@ -13,6 +14,12 @@ asynchronous mode the driver's versions and event queue, with the tasks in
 flight (trained when they started, their replies waiting for their arrival
 time). A round's client work depends only on what it receives and on those,
 so the rounds after a resume are the rounds the run would have written.
+
+Every snapshot is a `TypedDict` (`ServerSnapshot`, `DriverSnapshot`,
+`EngineSnapshot`, `RecorderSnapshot`, `ClientState`, and this one): the
+server's was one already, and one style means one check for all of them (the
+keys, then each owner's check of the values); the pickle holds plain dicts,
+which move between processes and Ray actors as they are.
 
 The file is written to a temporary name, flushed to disk, then renamed over
 the last one (`os.replace`), so a run killed at any moment leaves the
@@ -27,8 +34,11 @@ against corruption, not against a forger: whoever can edit the file can
 write a matching digest, and a pickle is code. Then, before a run resumes,
 the checkpoint must agree with its folder: rounds done = the rows it counts
 in rounds.jsonl (and those rows are rounds 0, 1, …) = the server's round + 1,
-fewer than the scenario's rounds, and every cluster model finite and no
-larger than a trained model gets (`MAX_WEIGHT`).
+fewer than the scenario's rounds, every snapshot with the keys of its type
+and the values the owner checks (`client_state_problem`,
+`driver_snapshot_problem`; the engine and the server check theirs when they
+take them back, before rounds.jsonl changes), and every cluster model finite
+and no larger than a trained model gets (`MAX_WEIGHT`).
 
 The checkpoint is the project's own file, written and read by clusterfed on
 the user's machine, never a wire format (messages between actors go through
@@ -40,25 +50,52 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import pickle
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any, TypedDict, TypeGuard
 
 import numpy as np
 
+from clusterfed.actors.asynchronous import DriverSnapshot, driver_snapshot_problem
+from clusterfed.actors.client import ClientState, client_state_problem
+from clusterfed.actors.validation import ServerSnapshot
 from clusterfed.errors import ConfigError
 from clusterfed.folders import TMP
+from clusterfed.scenarios.engine import EngineSnapshot
+from clusterfed.types import ClientId
 
 CHECKPOINT = "checkpoint.pkl"
-FORMAT = 3  # bumped when the layout changes; an older checkpoint is refused
+# Bumped when the layout changes; a checkpoint of another format is refused.
+# 4: typed snapshots, the run's parts side by side in `federation`.
+FORMAT = 4
 MAGIC = b"clusterfed-checkpoint"
 # Inputs live in [0, 1] and runs train with small learning rates: trained
 # weights stay within a few units. A weight past a million is damage (or a
 # run that diverged), and resuming it only turns every evaluation into NaN.
 MAX_WEIGHT = 1e6
+
+
+class RecorderSnapshot(TypedDict):
+    """Where the results recorder stands (`RunRecorder.snapshot`)."""
+
+    rounds_bytes: int  # of rounds.jsonl, flushed to disk
+    n_rows: int
+    wall_s: float  # spent before the checkpoint, for the summary
+
+
+class FederationSnapshot(TypedDict):
+    """A run between two rounds, every part of it (`Federation.snapshot`)."""
+
+    server: ServerSnapshot
+    sim_now: float
+    driver: DriverSnapshot | None  # None: a synchronous run
+    engine: EngineSnapshot
+    recorder: RecorderSnapshot
+    clients: dict[ClientId, ClientState]  # a client that keeps nothing is left out
 
 
 @dataclass(frozen=True)
@@ -67,10 +104,7 @@ class Checkpoint:
 
     rounds_done: int
     scenario: dict[str, Any]  # as config.json holds it; resume checks they agree
-    server: dict[str, Any]
-    engine: dict[str, Any]
-    recorder: dict[str, Any]
-    clients: dict[int, Any]  # what each client keeps between rounds
+    federation: FederationSnapshot
     format: int = FORMAT
 
 
@@ -131,14 +165,24 @@ def _intact_payload(path: Path) -> bytes:
     if header != _header(payload).rstrip(b"\n"):
         found = header.split(b" ")[1:2]
         if found != [str(FORMAT).encode()]:
-            raise ConfigError(
-                f"{path}: not a checkpoint of this clusterfed (format {FORMAT})"
-            )
+            raise ConfigError(f"{path}: {_other_format(found)}")
         raise ConfigError(
             f"{path}: checksum mismatch: the file changed after it was written"
             " (damaged); it is not resumed"
         )
     return payload
+
+
+def _other_format(found: list[bytes]) -> str:
+    """What to say of a checkpoint whose header names another format."""
+    named = found[0].decode("ascii", "replace") if found else ""
+    if not named.isdigit() or len(named) > 6:
+        return f"not a checkpoint of this clusterfed (format {FORMAT})"
+    return (
+        f"not a checkpoint of this clusterfed (format {FORMAT}): it was written"
+        f" in format {named} by another version; resume it with that version,"
+        " or run the scenario again"
+    )
 
 
 def _unpickle(path: Path, payload: bytes) -> Checkpoint:
@@ -156,17 +200,16 @@ def _unpickle(path: Path, payload: bytes) -> Checkpoint:
 def inconsistency(checkpoint: Checkpoint, folder: Path) -> str | None:
     """Why `checkpoint` cannot go on in `folder`, or None.
 
-    Checked before anything in the folder changes: the rounds it counts agree
-    with each other and with rounds.jsonl, and its models are finite and of a
-    trained model's size. The server state's types and shapes are checked
-    again when the server takes it back (`check_snapshot`).
+    Checked before anything in the folder changes: every snapshot has the
+    keys of its type and the values its owner checks, the rounds it counts
+    agree with each other and with rounds.jsonl, and its models are finite and
+    of a trained model's size. The server state's types and shapes are checked
+    again when the server takes it back (`check_snapshot`), the engine's when
+    the engine does (`ScenarioEngine.snapshot_problem`).
     """
     done = checkpoint.rounds_done
-    planned = (
-        checkpoint.scenario.get("rounds")
-        if isinstance(checkpoint.scenario, Mapping)
-        else None
-    )
+    scenario = checkpoint.scenario if isinstance(checkpoint.scenario, Mapping) else {}
+    planned = scenario.get("rounds")
     if not _count(done) or done < 1:
         return f"rounds_done is {done!r}, expected a count of at least 1"
     if _count(planned) and done >= planned:
@@ -174,23 +217,92 @@ def inconsistency(checkpoint: Checkpoint, folder: Path) -> str | None:
             f"rounds_done is {done}, but the scenario runs {planned} rounds"
             " and a checkpoint is written before the last"
         )
-    server = checkpoint.server if isinstance(checkpoint.server, Mapping) else {}
-    server_round = server.get("round")
-    if server_round != done - 1:
-        return (
-            f"rounds_done is {done}, but the server's last round is"
-            f" {server_round!r} (expected {done - 1})"
-        )
-    recorder = checkpoint.recorder if isinstance(checkpoint.recorder, Mapping) else {}
-    if recorder.get("n_rows") != done:
-        return (
-            f"rounds_done is {done}, but the recorder counts"
-            f" {recorder.get('n_rows')!r} rows"
-        )
-    problem = _rows_problem(folder / "rounds.jsonl", recorder.get("rounds_bytes"), done)
+    problem = snapshot_problem(checkpoint.federation, scenario.get("mode", "sync"))
     if problem is not None:
         return problem
-    return _models_problem(server.get("state"))
+    server = checkpoint.federation["server"]
+    if server["round"] != done - 1:
+        return (
+            f"rounds_done is {done}, but the server's last round is"
+            f" {server['round']!r} (expected {done - 1})"
+        )
+    recorder = checkpoint.federation["recorder"]
+    if recorder["n_rows"] != done:
+        return (
+            f"rounds_done is {done}, but the recorder counts"
+            f" {recorder['n_rows']!r} rows"
+        )
+    problem = _rows_problem(folder / "rounds.jsonl", recorder["rounds_bytes"], done)
+    if problem is not None:
+        return problem
+    return _models_problem(server["state"])
+
+
+def snapshot_problem(federation: object, mode: object = "sync") -> str | None:
+    """Why `federation` is not a `FederationSnapshot` of a run in `mode`, or
+    None: each part has its type's keys, and the values its owner checks."""
+    if not isinstance(federation, Mapping):
+        kind = type(federation).__name__
+        return f"the checkpoint holds a {kind}, not a FederationSnapshot"
+    problem = _keys_problem("the checkpoint", federation, FederationSnapshot)
+    if problem is not None:
+        return problem
+    parts: list[tuple[str, object, Any]] = [
+        ("the server's snapshot", federation["server"], ServerSnapshot),
+        ("the engine's snapshot", federation["engine"], EngineSnapshot),
+        ("the recorder's snapshot", federation["recorder"], RecorderSnapshot),
+    ]
+    driver = federation["driver"]
+    if (driver is None) != (mode != "async"):
+        taken = "sync" if driver is None else "async"
+        return f"it was taken in {taken} mode, the scenario's mode is {mode}"
+    if driver is not None:
+        parts.append(("the driver's snapshot", driver, DriverSnapshot))
+    for name, part, kind in parts:
+        problem = _keys_problem(name, part, kind)
+        if problem is not None:
+            return problem
+    if driver is not None:
+        problem = driver_snapshot_problem(driver)
+        if problem is not None:
+            return f"the driver's snapshot: {problem}"
+    sim_now = federation["sim_now"]
+    if not isinstance(sim_now, float | int) or not 0 <= sim_now < math.inf:
+        return f"sim_now is {sim_now!r}, expected a finite simulated time"
+    wall_s = federation["recorder"]["wall_s"]
+    if not isinstance(wall_s, float) or not 0 <= wall_s < math.inf:
+        return f"the recorder's wall_s is {wall_s!r}, expected finite seconds"
+    return _clients_problem(federation["clients"])
+
+
+def _keys_problem(name: str, part: object, kind: Any) -> str | None:
+    """Why `part` is not a mapping with the keys of the TypedDict `kind`."""
+    if not isinstance(part, Mapping):
+        return (
+            f"{name} is a {type(part).__name__}, expected a mapping ({kind.__name__})"
+        )
+    required: frozenset[str] = kind.__required_keys__
+    known = required | kind.__optional_keys__
+    missing = sorted(required - set(part))
+    if missing:
+        return f"{name} lacks {', '.join(missing)}"
+    unknown = sorted(map(str, set(part) - known))
+    if unknown:
+        return f"{name} holds {', '.join(unknown)}, unknown to a {kind.__name__}"
+    return None
+
+
+def _clients_problem(clients: object) -> str | None:
+    """Why `clients` is not one of client ids to their `ClientState`."""
+    if not isinstance(clients, dict):
+        return f"the clients' states are a {type(clients).__name__}, not a dict"
+    for client, state in clients.items():
+        if not _count(client):
+            return f"a client's state is kept under {client!r}, not a client id"
+        problem = client_state_problem(state)
+        if problem is not None:
+            return f"client {client}'s state {problem}"
+    return None
 
 
 def _rows_problem(rounds: Path, size: object, done: int) -> str | None:

@@ -38,7 +38,7 @@ from clusterfed.scenarios.problems import scenario_warnings, unfired_time_events
 from clusterfed.seeding import numpy_rng
 from clusterfed.types import ClientId
 
-from .checkpoint import CHECKPOINT, Checkpoint, write_checkpoint
+from .checkpoint import CHECKPOINT, Checkpoint, FederationSnapshot, write_checkpoint
 from .global_test import GlobalTest
 from .provenance import algorithm_record
 from .results import (
@@ -156,8 +156,10 @@ class Federation:
             self.first_round = 0
         else:
             # The same plan (all from the seed), then the checkpoint's position.
-            self.engine.restore(resume.engine)
-            self.recorder = RunRecorder(out, self.config, resume=resume.recorder)
+            self.engine.restore(resume.federation["engine"])
+            self.recorder = RunRecorder(
+                out, self.config, resume=resume.federation["recorder"]
+            )
             self.first_round = resume.rounds_done
         self.trace: TraceWriter | None = None
         if trace is not None:
@@ -177,8 +179,8 @@ class Federation:
             await self.add_clients(
                 [self.engine.specs[c] for c in sorted(self.engine.specs)]
             )
-            self.restore(self._resume.server)
-            await self.runtime.restore(self._resume.clients)
+            self.restore(self._resume.federation)
+            await self.runtime.restore(self._resume.federation["clients"])
         return self.first_round
 
     async def step(self, round: int) -> Row:
@@ -278,29 +280,37 @@ class Federation:
 
     # -- checkpoints --------------------------------------------------------------
 
-    def snapshot(self) -> dict[str, Any]:
-        """The server's state and simulated now, between two rounds; in
-        async mode the driver's queue and tasks in flight too."""
-        snapshot = {**self.server.snapshot(), "sim_now": self.clock.now}
-        if self.driver is not None:
-            snapshot["driver"] = self.driver.snapshot()
-        return snapshot
+    async def snapshot(self) -> FederationSnapshot:
+        """The whole run between two rounds: the server's state, simulated
+        now, in async mode the driver's queue and tasks in flight, the
+        engine's position, the recorder's, and what the clients keep."""
+        return {
+            "server": self.server.snapshot(),
+            "sim_now": self.clock.now,
+            "driver": None if self.driver is None else self.driver.snapshot(),
+            "engine": self.engine.snapshot(),
+            "recorder": self.recorder.snapshot(),
+            "clients": await self.runtime.states(),
+        }
 
-    def restore(self, snapshot: Mapping[str, Any]) -> None:
-        """Take back what `snapshot` returned.
+    def restore(self, snapshot: FederationSnapshot) -> None:
+        """Take back the server's, the clock's and the driver's part of what
+        `snapshot` returned (the engine and the recorder took theirs when
+        this federation was built, the clients take theirs in `start`).
 
         Raises:
-            ConfigError: the checkpoint's mode is not this run's.
+            ConfigError: the checkpoint's mode is not this run's, or its
+                server state does not fit this run.
         """
-        if (self.driver is None) != ("driver" not in snapshot):
-            mode = "async" if "driver" in snapshot else "sync"
+        if (self.driver is None) != (snapshot["driver"] is None):
+            mode = "sync" if snapshot["driver"] is None else "async"
             raise ConfigError(
                 f"checkpoint refused: it was taken in {mode} mode, this run's"
                 f" mode is {self.scenario.mode}"
             )
-        self.server.restore(snapshot)
+        self.server.restore(snapshot["server"])
         self.clock.now = float(snapshot["sim_now"])
-        if self.driver is not None:
+        if self.driver is not None and snapshot["driver"] is not None:
             self.driver.restore(snapshot["driver"])
 
     async def checkpoint(self) -> Path:
@@ -310,10 +320,7 @@ class Federation:
             Checkpoint(
                 rounds_done=len(self.recorder.rows),
                 scenario=self.config["scenario"],
-                server=self.snapshot(),
-                engine=self.engine.snapshot(),
-                recorder=self.recorder.snapshot(),
-                clients=await self.runtime.states(),
+                federation=await self.snapshot(),
             ),
         )
 

@@ -26,12 +26,14 @@ from tempfile import TemporaryDirectory
 from typing import Any
 
 from clusterfed.actors import ClientSpec
+from clusterfed.actors.client import ClientState
 from clusterfed.actors.trace import TraceRecord, read_trace
 from clusterfed.algorithms.registry import no_local_code
 from clusterfed.errors import ConfigError
 from clusterfed.protocol import ProtocolError
 from clusterfed.protocol.codec import printable, to_json_form
 from clusterfed.scenarios import validate
+from clusterfed.types import ClientId
 
 from .diff import differences, first_difference
 from .federation import Federation, drive
@@ -135,10 +137,10 @@ class ReplayRuntime:
             raise type(named, (Exception,), {})(message)
         return reply.data
 
-    async def states(self) -> dict[int, Any]:
+    async def states(self) -> dict[ClientId, ClientState]:
         return {}
 
-    async def restore(self, states: Mapping[int, Any]) -> None: ...
+    async def restore(self, states: Mapping[ClientId, ClientState]) -> None: ...
 
     async def settle(self) -> None: ...
 

@@ -22,7 +22,7 @@ from sklearn.metrics import accuracy_score, f1_score, precision_score, recall_sc
 from clusterfed.actors import RoundOutcome
 from clusterfed.errors import ConfigError
 
-from .checkpoint import CHECKPOINT
+from .checkpoint import CHECKPOINT, RecorderSnapshot
 from .folders import TMP, note, note_new, strangers
 from .metrics import ari, purity
 from .plots import plot_run
@@ -142,7 +142,7 @@ class RunRecorder:
         out: Path,
         config: Mapping[str, Any],
         *,
-        resume: Mapping[str, Any] | None = None,
+        resume: RecorderSnapshot | None = None,
     ) -> None:
         self.out = out
         self.rows: list[Row] = []
@@ -158,7 +158,7 @@ class RunRecorder:
         note(out, "config.json", "rounds.jsonl", "summary.json")
         _write_json(out / "config.json", {**config, "versions": versions()})
 
-    def snapshot(self) -> Row:
+    def snapshot(self) -> RecorderSnapshot:
         """Where the recorder stands, for a checkpoint; rounds.jsonl is
         flushed to disk first, so the rows the snapshot counts are there."""
         # The snapshot goes into the checkpoint written next: list it first.
@@ -175,7 +175,7 @@ class RunRecorder:
             "wall_s": time.perf_counter() - self._start,
         }
 
-    def _resume(self, snapshot: Mapping[str, Any]) -> None:
+    def _resume(self, snapshot: RecorderSnapshot) -> None:
         rounds = self.out / "rounds.jsonl"
         size = int(snapshot["rounds_bytes"])
         have = rounds.stat().st_size if rounds.exists() else 0

@@ -26,12 +26,13 @@ import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from clusterfed.actors import Client, ClientSpec, ParameterServer, RoundOutcome
 from clusterfed.actors.asynchronous import AsyncDriver
+from clusterfed.actors.client import ClientState
 from clusterfed.protocol import Envelope, ProtocolError, Welcome, decode
 from clusterfed.scenarios import RunPlan, Scenario, load_scenario, plan_run
+from clusterfed.types import ClientId
 
 from .federation import build_server
 
@@ -165,10 +166,10 @@ class ServerHarness:
     async def remove(self, client: int, reason: str) -> bytes:
         return self.clients.pop(client).leave_notice(reason)
 
-    async def states(self) -> dict[int, Any]:
+    async def states(self) -> dict[ClientId, ClientState]:
         return {}
 
-    async def restore(self, states: Mapping[int, Any]) -> None: ...
+    async def restore(self, states: Mapping[ClientId, ClientState]) -> None: ...
 
     async def settle(self) -> None: ...
 

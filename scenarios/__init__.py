@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .build import RunPlan, plan_run
 from .builtin import BUILTIN
-from .engine import Membership, ScenarioEngine
+from .engine import EngineSnapshot, Membership, ScenarioEngine
 from .events import Crash, Drift, Dropout, Event, Join, Leave, Network, Straggle
 from .loader import load_scenario, validate, with_overrides
 from .spec import (
@@ -30,6 +30,7 @@ __all__ = [
     "DPSpec",
     "Drift",
     "Dropout",
+    "EngineSnapshot",
     "Event",
     "Faulty",
     "IIDPartition",

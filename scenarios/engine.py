@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 import numpy as np
 
 from clusterfed.actors import ClientSpec
+from clusterfed.errors import ConfigError
 from clusterfed.seeding import numpy_rng
 
 from .build import EVENT_STREAM, RunPlan
@@ -24,6 +25,36 @@ from .events import Crash, Drift, Dropout, Join, Leave, Network, Straggle, Targe
 from .timeline import Occurrence, Timeline
 
 Applied = dict[str, Any]
+
+
+class EngineSnapshot(TypedDict):
+    """The engine's position between rounds, for a checkpoint (`snapshot`)."""
+
+    fired: dict[int, int]  # occurrences handed out, by event index
+    rng: np.random.Generator  # the event stream
+    specs: dict[int, ClientSpec]  # the clients taking part, as they are now
+    partition_groups: dict[int, int]
+    transform_groups: dict[int, int]
+    next_id: int
+    crashed: dict[int, int | None]  # client → round it recovers
+    straggling: dict[int, int]  # client → first round back to normal
+    reserved_taken: dict[int, int]  # join event → clients it has taken
+
+
+def _counts(value: object, *, none: bool = False) -> bool:
+    """Whether `value` maps counts to counts (to None too, with `none`)."""
+    return isinstance(value, dict) and all(
+        _count(k) and (_count(v) or (none and v is None)) for k, v in value.items()
+    )
+
+
+def _count(value: object) -> bool:
+    # Groups are dealt from numpy arrays: a numpy integer is a count too.
+    return (
+        isinstance(value, int | np.integer)
+        and not isinstance(value, bool)
+        and bool(value >= 0)
+    )
 
 
 class Membership(Protocol):
@@ -53,27 +84,72 @@ class ScenarioEngine:
         # Data set aside for each join event, to count what joins have taken.
         self._reserved = {i: len(q) for i, q in plan.reserved.items()}
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> EngineSnapshot:
         """The engine's position between rounds, for a checkpoint (picklable)."""
-        return copy.deepcopy(
-            {
-                "fired": self.timeline.fired,
-                "rng": self.rng,
-                "specs": self.specs,
-                "partition_groups": self.partition_groups,
-                "transform_groups": self.transform_groups,
-                "next_id": self.next_id,
-                "crashed": self.crashed,
-                "straggling": self.straggling,
-                "reserved_taken": {
-                    i: n - len(self.plan.reserved[i]) for i, n in self._reserved.items()
-                },
-            }
-        )
+        snapshot: EngineSnapshot = {
+            "fired": self.timeline.fired,
+            "rng": self.rng,
+            "specs": self.specs,
+            "partition_groups": self.partition_groups,
+            "transform_groups": self.transform_groups,
+            "next_id": self.next_id,
+            "crashed": self.crashed,
+            "straggling": self.straggling,
+            "reserved_taken": {
+                i: n - len(self.plan.reserved[i]) for i, n in self._reserved.items()
+            },
+        }
+        return copy.deepcopy(snapshot)
 
-    def restore(self, snapshot: Mapping[str, Any]) -> None:
+    def snapshot_problem(self, snapshot: EngineSnapshot) -> str | None:
+        """Why `snapshot` (from a checkpoint) cannot be this engine's
+        position, or None: its values are checked, its keys are the
+        checkpoint's to check."""
+        if not isinstance(snapshot["rng"], np.random.Generator):
+            return "random stream is not a numpy Generator"
+        specs = snapshot["specs"]
+        if not isinstance(specs, dict) or not all(
+            isinstance(spec, ClientSpec) and spec.id == cid
+            for cid, spec in specs.items()
+        ):
+            return "clients are not one of client ids to their ClientSpec"
+        if not _count(snapshot["next_id"]) or any(
+            cid >= snapshot["next_id"] for cid in specs
+        ):
+            return f"next_id is {snapshot['next_id']!r}, not past every client's id"
+        groups = {
+            "partition_groups": snapshot["partition_groups"],
+            "transform_groups": snapshot["transform_groups"],
+            "straggling": snapshot["straggling"],
+        }
+        for key, value in groups.items():
+            if not _counts(value):
+                return f"{key} is not one of counts to counts"
+        if not _counts(snapshot["crashed"], none=True):
+            return "crashed is not one of clients to the round they recover"
+        n_events = len(self.plan.scenario.events)
+        fired = snapshot["fired"]
+        if not _counts(fired) or any(index >= n_events for index in fired):
+            return f"fired counts events the scenario has not ({n_events} events)"
+        taken = snapshot["reserved_taken"]
+        if not _counts(taken) or any(
+            index not in self._reserved or n > self._reserved[index]
+            for index, n in taken.items()
+        ):
+            return "reserved_taken counts more joins than the scenario sets aside"
+        return None
+
+    def restore(self, snapshot: EngineSnapshot) -> None:
         """Go back to where `snapshot` was taken, on a fresh plan of the same
-        scenario (before the runtime starts: `specs` are the clients to host)."""
+        scenario (before the runtime starts: `specs` are the clients to host).
+
+        Raises:
+            ConfigError: the snapshot cannot be this scenario's engine (see
+                `snapshot_problem`).
+        """
+        problem = self.snapshot_problem(snapshot)
+        if problem is not None:
+            raise ConfigError(f"checkpoint refused: the engine's {problem}")
         self.timeline = Timeline(self.plan.scenario.events, snapshot["fired"])
         self.rng = copy.deepcopy(snapshot["rng"])
         # The books of a client's privacy belong to one run (`run_id`): the

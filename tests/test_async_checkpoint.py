@@ -75,7 +75,8 @@ def test_a_killed_async_run_resumes_to_the_rows_of_an_uninterrupted_one(
     written = kill_after_checkpoint(scenario, killed, rounds_done=2)
     assert 3 <= written < load_scenario(scenario).rounds
     checkpoint = read_checkpoint(killed)
-    assert checkpoint.server["driver"]["heap"], "tasks in flight are saved"
+    driver = checkpoint.federation["driver"]
+    assert driver is not None and driver["heap"], "tasks in flight are saved"
 
     resumed = clusterfed.resume(killed, workers=2)
     whole = clusterfed.run(scenario, out=tmp_path / "whole", workers=2)
@@ -106,8 +107,8 @@ def test_an_async_run_with_a_trace_resumes_in_one_process(tmp_path: Path) -> Non
     first = clusterfed.run(scenario, out=out, workers=1, checkpoint_every=2)
     checkpoint = read_checkpoint(out)
     assert checkpoint.rounds_done == 6
-    driver = checkpoint.server["driver"]
-    assert driver["version"] == 6 and driver["heap"]
+    driver = checkpoint.federation["driver"]
+    assert driver is not None and driver["version"] == 6 and driver["heap"]
     # As if killed while writing row 6:
     (out / "summary.json").unlink()
     with (out / "rounds.jsonl").open("a") as stream:
@@ -120,7 +121,7 @@ def test_a_checkpoint_of_another_mode_is_refused(tmp_path: Path) -> None:
     # IFCA has both modes (fedasync has no synchronous one).
     scenario = small_scenario(algorithm="ifca", mode="async", rounds=3)
     clusterfed.run(scenario, out=tmp_path, workers=1, checkpoint_every=1)
-    snapshot = read_checkpoint(tmp_path).server
+    snapshot = read_checkpoint(tmp_path).federation
     sync = Federation(
         small_scenario(algorithm="ifca", rounds=3),
         InlineRuntime(),

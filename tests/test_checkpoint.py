@@ -21,13 +21,14 @@ import numpy as np
 import pytest
 
 import clusterfed
-from clusterfed.actors.validation import check_snapshot
+from clusterfed.actors.validation import ServerSnapshot, check_snapshot
 from clusterfed.algorithms import ClientInfo, ServerState
 from clusterfed.checkpoint import (
     CHECKPOINT,
     FORMAT,
     MAGIC,
     Checkpoint,
+    FederationSnapshot,
     read_checkpoint,
     write_checkpoint,
 )
@@ -215,8 +216,9 @@ def test_a_checkpoint_is_written_every_n_rounds_but_not_after_the_last(
     clusterfed.run(small_scenario(rounds=3), out=tmp_path, checkpoint_every=1)
     checkpoint = read_checkpoint(tmp_path)
     assert checkpoint.rounds_done == 2
-    assert checkpoint.server["state"].models.keys() == {0}
-    assert checkpoint.recorder["n_rows"] == 2
+    assert checkpoint.federation["server"]["state"].models.keys() == {0}
+    assert checkpoint.federation["recorder"]["n_rows"] == 2
+    assert checkpoint.federation["driver"] is None
     assert json.loads((tmp_path / "config.json").read_text())["checkpoint_every"] == 1
     assert not list(tmp_path.glob("*.tmp"))
 
@@ -322,13 +324,14 @@ def test_a_recorder_that_disagrees_with_rounds_jsonl_is_refused(
     out = _copy(stopped, tmp_path / "edited")
     checkpoint = read_checkpoint(out)
     # Every count edited to agree, but rounds.jsonl holds 3 rows, not 2.
-    recorder = {**checkpoint.recorder, "n_rows": 2}
-    server = {**checkpoint.server, "round": 1}
+    federation = checkpoint.federation
+    edited: FederationSnapshot = {
+        **federation,
+        "recorder": {**federation["recorder"], "n_rows": 2},
+        "server": {**federation["server"], "round": 1},
+    }
     write_checkpoint(
-        out,
-        dataclasses.replace(
-            checkpoint, rounds_done=2, recorder=recorder, server=server
-        ),
+        out, dataclasses.replace(checkpoint, rounds_done=2, federation=edited)
     )
     _refused(out, "hold 3 rows")
 
@@ -337,7 +340,7 @@ def test_a_sign_flipped_model_in_the_file_is_refused_by_the_checksum(
     stopped: tuple[Path, list[Any]], tmp_path: Path
 ) -> None:
     out = _copy(stopped, tmp_path / "flipped")
-    model = read_checkpoint(out).server["state"].models[0]
+    model = read_checkpoint(out).federation["server"]["state"].models[0]
     data = (out / CHECKPOINT).read_bytes()
     assert data.count(model.tobytes()) == 1
     (out / CHECKPOINT).write_bytes(data.replace(model.tobytes(), (-model).tobytes()))
@@ -351,19 +354,19 @@ def test_a_model_scaled_by_1e30_is_refused_naming_the_weight(
 ) -> None:
     out = _copy(stopped, tmp_path / "huge")
     checkpoint = read_checkpoint(out)
-    state = checkpoint.server["state"]
+    federation = checkpoint.federation
+    state = federation["server"]["state"]
     huge = {c: m * np.float32(1e30) for c, m in state.models.items()}
     # finite weights and a finite norm: the server's own check lets it pass
-    assert (
-        check_snapshot(
-            {**checkpoint.server, "state": state.replace(models=huge)},
-            type(state),
-            state.models[0].size,
-        )
-        is None
+    server: ServerSnapshot = {
+        **federation["server"],
+        "state": state.replace(models=huge),
+    }
+    assert check_snapshot(server, type(state), state.models[0].size) is None
+    write_checkpoint(
+        out,
+        dataclasses.replace(checkpoint, federation={**federation, "server": server}),
     )
-    server = {**checkpoint.server, "state": state.replace(models=huge)}
-    write_checkpoint(out, dataclasses.replace(checkpoint, server=server))
     _refused(out, r"cluster 0's model holds a weight of .*e\+29, beyond ±1e\+06")
     assert main(["resume", str(out), "--workers", "1", "--quiet"]) == 2
     err = capsys.readouterr().err

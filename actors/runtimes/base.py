@@ -18,8 +18,11 @@ into one buffer with its header.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
+from clusterfed.types import ClientId
+
+from ..client import ClientState
 from ..spec import ClientSpec
 
 KEEP_AT_LEAST = 64 * 1024
@@ -62,11 +65,12 @@ class Runtime(Protocol):
         answer (a dead worker or actor)."""
         ...
 
-    async def states(self) -> dict[int, Any]:
-        """What each hosted client keeps between rounds (for a checkpoint)."""
+    async def states(self) -> dict[ClientId, ClientState]:
+        """What each hosted client keeps between rounds (for a checkpoint);
+        a client that keeps nothing is left out."""
         ...
 
-    async def restore(self, states: Mapping[int, Any]) -> None:
+    async def restore(self, states: Mapping[ClientId, ClientState]) -> None:
         """Give hosted clients their state back, before any request."""
         ...
 

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
+from clusterfed.types import ClientId
+
+from ..client import ClientState
 from ..host import ClientHost, compute_on_one_thread
 from ..spec import ClientSpec
 
@@ -67,10 +69,10 @@ class InlineRuntime:
             self._lock = (loop, asyncio.Lock())
         return self._lock[1]
 
-    async def states(self) -> dict[int, Any]:
+    async def states(self) -> dict[ClientId, ClientState]:
         return self.host.states()
 
-    async def restore(self, states: Mapping[int, Any]) -> None:
+    async def restore(self, states: Mapping[ClientId, ClientState]) -> None:
         self.host.restore(states)
 
     async def settle(self) -> None:

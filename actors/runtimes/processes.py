@@ -41,7 +41,7 @@ import torch
 
 from clusterfed.types import ClientId
 
-from ..client import keeps_state
+from ..client import ClientState, keeps_state
 from ..spec import ClientSpec
 from . import frames
 from .base import KEEP_AT_LEAST, KEPT_BYTES
@@ -86,7 +86,7 @@ class _Worker:
         self.kept_bytes = 0
         self.next_key = 0
         # What each client that keeps state kept after its last reply.
-        self.states: dict[int, Any] = {}
+        self.states: dict[ClientId, ClientState | None] = {}
         self.killed = False
 
     @property
@@ -130,7 +130,7 @@ class _Worker:
             answer = await reply
             if keeps_state(spec):
                 kept = await state
-                self.states[spec.id] = pickle.loads(kept) if kept else None
+                self.states[ClientId(spec.id)] = _state(kept)
         finally:
             _abandon(reply)
             _abandon(state)
@@ -163,17 +163,16 @@ class _Worker:
     async def leave(self, spec: ClientSpec, reason: str) -> bytes:
         reply = await self._ask(spec, frames.LEAVE, reason.encode())
         self.known.pop(spec.id, None)
-        self.states.pop(spec.id, None)
+        self.states.pop(ClientId(spec.id), None)
         assert reply is not None
         return reply
 
-    async def state(self, spec: ClientSpec) -> Any:
-        reply = await self._ask(spec, frames.STATE, b"")
-        return pickle.loads(reply) if reply else None
+    async def state(self, spec: ClientSpec) -> ClientState | None:
+        return _state(await self._ask(spec, frames.STATE, b""))
 
-    async def restore(self, spec: ClientSpec, state: Any) -> None:
+    async def restore(self, spec: ClientSpec, state: ClientState | None) -> None:
         await self._ask(spec, frames.RESTORE, pickle.dumps(state))
-        self.states[spec.id] = state
+        self.states[ClientId(spec.id)] = state
 
     async def _ask(self, spec: ClientSpec, kind: int, *data: bytes) -> bytes | None:
         """Send one frame, its body the parts `data`; its reply."""
@@ -315,7 +314,7 @@ class ProcessRuntime:
             worker.kill()
             raise
 
-    async def states(self) -> dict[int, Any]:
+    async def states(self) -> dict[ClientId, ClientState]:
         """What each client keeps between rounds (see `Client.state`)."""
         hosted = sorted(self.specs)
         workers = [self._workers[self.home[c]] for c in hosted]
@@ -323,19 +322,19 @@ class ProcessRuntime:
             *(w.state(self.specs[c]) for w, c in zip(workers, hosted, strict=True)),
             return_exceptions=True,
         )
-        states: dict[int, Any] = {}
+        states: dict[ClientId, ClientState] = {}
         for client, worker, state in zip(hosted, workers, found, strict=True):
             if isinstance(state, WorkerDied):
                 # Lost before it could be replaced: the state it sent with
                 # its last reply is what a replacement would be given back.
-                state = worker.states.get(int(client))
+                state = worker.states.get(client)
             if isinstance(state, BaseException):
                 raise state
             if state is not None:
-                states[int(client)] = state
+                states[client] = state
         return states
 
-    async def restore(self, states: Mapping[int, Any]) -> None:
+    async def restore(self, states: Mapping[ClientId, ClientState]) -> None:
         """Give each client its state back (sent before any request to it)."""
         for client, state in states.items():
             cid = ClientId(client)
@@ -384,9 +383,15 @@ class ProcessRuntime:
             await asyncio.to_thread(worker.process.join, 5)
             new = await self._spawn(worker.index)
             for client, state in worker.states.items():
-                if self.home.get(ClientId(client)) == worker.index:
-                    await new.restore(self.specs[ClientId(client)], state)
+                if self.home.get(client) == worker.index:
+                    await new.restore(self.specs[client], state)
             return new
+
+
+def _state(pickled: bytes | None) -> ClientState | None:
+    """A client's state as its worker pickled it (`Client.state`)."""
+    state: ClientState | None = pickle.loads(pickled) if pickled else None
+    return state
 
 
 def _abandon(future: asyncio.Future[Any]) -> None:

@@ -30,6 +30,9 @@ from typing import Any
 
 import ray
 
+from clusterfed.types import ClientId
+
+from ..client import ClientState
 from ..host import ClientHost, compute_on_one_thread
 from ..spec import ClientSpec
 from .base import KEEP_AT_LEAST, KEPT_BYTES
@@ -71,10 +74,10 @@ class RayClientHost:
         object reference from its object store."""
         return await self.host.handle(client, head + body)
 
-    def states(self) -> dict[int, Any]:
+    def states(self) -> dict[ClientId, ClientState]:
         return self.host.states()
 
-    def restore(self, states: Mapping[int, Any]) -> None:
+    def restore(self, states: Mapping[ClientId, ClientState]) -> None:
         self.host.restore(states)
 
     def clients(self) -> list[int]:
@@ -213,9 +216,9 @@ class RayRuntime:
         self._bodies_bytes += len(body)
         return reference
 
-    async def states(self) -> dict[int, Any]:
+    async def states(self) -> dict[ClientId, ClientState]:
         """What every client keeps between rounds, from its host."""
-        states: dict[int, Any] = {}
+        states: dict[ClientId, ClientState] = {}
         found = await asyncio.gather(
             *(h.states.remote() for h in self.hosts), return_exceptions=True
         )
@@ -225,8 +228,8 @@ class RayRuntime:
                 states.update(hosted)
         return states
 
-    async def restore(self, states: Mapping[int, Any]) -> None:
-        by_host: dict[Any, dict[int, Any]] = {}
+    async def restore(self, states: Mapping[ClientId, ClientState]) -> None:
+        by_host: dict[Any, dict[ClientId, ClientState]] = {}
         for cid, state in states.items():
             if cid in self.home:
                 by_host.setdefault(self.home[cid], {})[cid] = state

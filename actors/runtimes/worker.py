@@ -28,6 +28,8 @@ import socket
 import sys
 from collections.abc import Mapping
 
+from clusterfed.types import ClientId
+
 from ..faults import load_spec
 from ..host import ClientHost, compute_on_one_thread
 from . import frames
@@ -105,9 +107,9 @@ def answer(
         case frames.DELIVER:
             return loop.run_until_complete(host.handle(client_id, body))
         case frames.STATE:
-            return pickle.dumps(host.states([client_id]).get(client_id))
+            return pickle.dumps(host.states([client_id]).get(ClientId(client_id)))
         case frames.RESTORE:
-            host.restore({client_id: pickle.loads(body)})
+            host.restore({ClientId(client_id): pickle.loads(body)})
             return b""
     raise ValueError(f"frame kind {kind} for client {client_id} not understood")
 
