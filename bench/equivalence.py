@@ -36,6 +36,12 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "dcfl-dynamic": ("dcfl-dynamic", {"rounds": 12, "overrides": ["dp=off"]}),
     "cafa-mix": ("cafa-mix", {"rounds": 10}),
     "faulty": (str(HERE / "faulty.toml"), {}),
+    # Issue 36's baselines, one round each: FL+HC clusters in it, FeSEM seeds.
+    "flhc": (
+        "flhc-swap",
+        {"rounds": 1, "overrides": ["algorithm_params.flhc.cluster_round=0"]},
+    ),
+    "fesem": ("fesem-rotated", {"rounds": 1}),
 }
 RUNTIMES = ("local", "ray")
 
