@@ -260,8 +260,8 @@ def m_step(
     float32; a center with no point keeps its value."""
     new = []
     for k, center in enumerate(centers):
-        members = np.flatnonzero(labels == k)
-        if members.size == 0:
+        members = [int(i) for i in np.flatnonzero(labels == k)]
+        if not members:
             new.append(np.asarray(center, dtype=np.float32))
             continue
         mean = weighted_mean(
@@ -279,9 +279,11 @@ def kmeans(
 ) -> tuple[list[np.ndarray], np.ndarray]:
     """`iterations` E/M iterations from the centers `seeds`: the centers after
     the last M-step and the labels of the last E-step."""
-    centers: np.ndarray | list[np.ndarray] = seeds
+    centers = np.asarray(seeds)
+    new = list(centers)
     labels = np.zeros(len(points), dtype=np.int64)
     for _ in range(iterations):
-        labels = assign(points, np.stack(centers))
-        centers = m_step(points, labels, np.stack(centers), weights)
-    return list(centers), labels
+        labels = assign(points, centers)
+        new = m_step(points, labels, centers, weights)
+        centers = np.stack(new)
+    return new, labels
