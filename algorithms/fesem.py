@@ -52,6 +52,11 @@ on the same inputs:
 - A client that joins later goes to the largest center (ties: lowest id);
   its first accepted update goes through the E-step like everyone's.
 
+A client trains from its own center, so its local model stays nearest that
+center unless the centers lie closer together than a round of training moves
+it: the seeding decides most of the clustering. On `fesem-rotated` (seed 0,
+30 rounds) no client moved after the seeding round.
+
 The aggregation is a mean of models, not of deltas from one model, so the
 scenario's robust `aggregator` rules do not apply (`honours_aggregator` is
 False: a scenario with another rule is refused).

@@ -21,9 +21,9 @@ The algorithm, as the paper describes FL+HC:
    updates: W_c = W + Σ_{i∈c} nᵢ Δᵢ / Σ_{i∈c} nᵢ.
 
 The metric and linkage are the options of the paper's grid (euclidean,
-manhattan, cosine; ward, complete, average, single; ward only with euclidean).
-The defaults, euclidean distance with ward linkage, are the pair the paper
-recommends.
+manhattan, cosine; ward, complete, average, single; scikit-learn accepts ward
+only with euclidean). The defaults are euclidean distance with ward linkage,
+scikit-learn's default linkage.
 
 Where the paper leaves a choice open, clusterfed decides:
 
