@@ -81,6 +81,7 @@ def run(
     push: Push | None = None,
     leave: tuple[ClientId, int] | None = None,
     kind: str = "train_task",
+    log: list[Request] | None = None,
     **changes: Any,
 ) -> tuple[ParameterServer, list[RoundOutcome]]:
     """A federation of six clients through the step harness.
@@ -92,7 +93,8 @@ def run(
     exchange fail). `push(server, client, round)` runs before each train
     request, `round` the request's (in async mode the aggregation that sent
     it), to send the server messages on the side; `leave = (client, round)`
-    makes a client leave before that round."""
+    makes a client leave before that round. `log` gets every request the
+    server sent."""
     scenario = hostile_scenario(mode, rounds, **changes)
     harness = ServerHarness(scenario)
     tasks: Counter[tuple[int, str]] = Counter()
@@ -117,6 +119,8 @@ def run(
                 notice = harness.clients[leave[0]].leave_notice("bye")
                 await harness.server.handle(notice, leave[0])
             outcomes.append(await harness.run_round(r, answer))
+        if log is not None:
+            log.extend(harness.requests)
         return harness.server, outcomes
 
     return asyncio.run(go())
@@ -206,9 +210,10 @@ def assert_refused_once(
     update: bool = True,
     mode: str = "sync",
 ) -> int:
-    """One refusal in the run, for `reason`: in sync mode in `round`, in async mode in whichever aggregation the reply
-    arrived (a reply refused on reading arrives when it was sent). With
-    `update`, the hostile client's row there is refused. Returns the round."""
+    """One refusal in the run, for `reason`: in sync mode in `round`, in
+    async mode in whichever aggregation the reply arrived (a reply refused on
+    reading arrives when it was sent). With `update`, the hostile client's
+    row there is refused. Returns the round."""
     rounds = refused_in(outcomes)
     if mode == "sync":
         assert rounds == [round], [o.rejected_messages for o in outcomes]
