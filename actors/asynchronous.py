@@ -39,9 +39,10 @@ import heapq
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from clusterfed.algorithms import ClientInfo, ClientUpdate, TaskPlan
+from clusterfed.algorithms.diagnostics import Diagnostics
 from clusterfed.types import ClientId, ClusterId
 
 from . import phases
@@ -122,6 +123,16 @@ def driver_snapshot_problem(snapshot: DriverSnapshot) -> str | None:
 
 def _count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+class DriverDiagnostics(Diagnostics):
+    """What the driver adds to each row's `strategy`: the server's version
+    after the aggregation and, with several clusters, each cluster's (by
+    cluster id, in the order of the state's models; left out with one)."""
+
+    omit_when_none = frozenset({"cluster_versions"})
+    version: int
+    cluster_versions: dict[ClusterId, int] | None = None
 
 
 class AsyncDriver:
@@ -209,15 +220,15 @@ class AsyncDriver:
             books, members, now - start, self._diagnostics()
         )
 
-    def _diagnostics(self) -> dict[str, Any]:
+    def _diagnostics(self) -> DriverDiagnostics:
         """The server's version; with several clusters each one's too."""
         models = self.server.state.models
         if len(models) < 2:
-            return {"version": self.version}
-        return {
-            "version": self.version,
-            "cluster_versions": {str(k): self.versions.get(k, 0) for k in models},
-        }
+            return DriverDiagnostics(version=self.version)
+        return DriverDiagnostics(
+            version=self.version,
+            cluster_versions={k: self.versions.get(k, 0) for k in models},
+        )
 
     def _staleness(self, running: _Running, cluster: ClusterId) -> int:
         if cluster in running.sent:

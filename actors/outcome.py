@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import JsonValue
+
+from clusterfed.algorithms.diagnostics import Diagnostics
 from clusterfed.protocol import Envelope
 from clusterfed.types import ClientId, ClusterId, Status
 
@@ -100,7 +103,16 @@ class RoundOutcome:
     n_clusters: int
     rejections: list[str] = field(default_factory=list)
     epsilon_max: float | None = None  # the most ε any client has spent so far
-    diagnostics: dict[str, Any] = field(default_factory=dict)  # the strategy's
+    diagnostics: Diagnostics | None = None  # the strategy's, after the round
+    driver: Diagnostics | None = None  # the asynchronous driver's versions
+
+    def strategy_record(self) -> dict[str, JsonValue]:
+        """The row's `strategy` in rounds.jsonl: the strategy's diagnostics,
+        then the driver's (a key of both is the driver's)."""
+        record = {} if self.diagnostics is None else self.diagnostics.record()
+        if self.driver is not None:
+            record.update(self.driver.record())
+        return record
 
     @property
     def bytes_up(self) -> int:

@@ -33,6 +33,7 @@ from clusterfed.algorithms import (
     TaskPlan,
 )
 from clusterfed.algorithms.base import streams
+from clusterfed.algorithms.diagnostics import Diagnostics, as_diagnostics
 from clusterfed.errors import ConfigError
 from clusterfed.protocol import MAX_MESSAGE_BYTES, Shutdown, TrainConfig
 from clusterfed.types import ClientId
@@ -270,11 +271,11 @@ class ParameterServer(Membership):
         books: Round,
         members: Sequence[ClientInfo],
         sim_duration: float,
-        diagnostics: Mapping[str, Any] | None = None,
+        driver: Diagnostics | None = None,
     ) -> RoundOutcome:
         """Every member evaluates its current model; the round's outcome,
-        with the refusals of the round and the strategy's diagnostics (and
-        `diagnostics` beside them)."""
+        with the refusals of the round, the strategy's diagnostics and the
+        asynchronous `driver`'s own."""
         await phases.evaluate(
             self.courier,
             books,
@@ -293,10 +294,10 @@ class ParameterServer(Membership):
             n_clusters=self.state.n_clusters,
             rejections=rejections,
             epsilon_max=max(trusted, default=None),
-            diagnostics={
-                **self.strategy.diagnostics(self.state),
-                **(diagnostics or {}),
-            },
+            diagnostics=as_diagnostics(
+                self.strategy.diagnostics(self.state), type(self.strategy).__name__
+            ),
+            driver=driver,
         )
 
     async def _describe(self, active: Sequence[ClientInfo], books: Round) -> float:

@@ -24,6 +24,7 @@ from .base import (
     TaskPlan,
     Want,
 )
+from .diagnostics import Diagnostics
 from .registry import algorithms, identity_policies, make, make_policy, parameters
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "ClientProbe",
     "ClientUpdate",
     "ClusterSums",
+    "Diagnostics",
     "IdentityPolicy",
     "PeerScore",
     "ProbePlan",

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from clusterfed.types import ClientId
+
+from .diagnostics import Diagnostics
 
 
 @dataclass(frozen=True)
@@ -62,11 +63,22 @@ def fill_missing(values: Sequence[float | None]) -> np.ndarray:
     return np.array([default if v is None else v for v in values], dtype=np.float64)
 
 
-def abfa_record(rows: Sequence[ABFAWeight]) -> dict[str, Any]:
+class ABFARecord(Diagnostics):
+    """A round's ABFA numbers as the diagnostics report them: the members in
+    client order, and each member's accuracy (Eq. 9), CBCC weight (Eq. 8) and
+    coefficient (Eq. 11), keyed by client."""
+
+    members: tuple[ClientId, ...]
+    accuracy: dict[ClientId, float]
+    cbcc_weight: dict[ClientId, float]
+    weight: dict[ClientId, float]
+
+
+def abfa_record(rows: Sequence[ABFAWeight]) -> ABFARecord:
     """The ABFA weights as the diagnostics report them, keyed by client."""
-    return {
-        "members": [int(r.client) for r in rows],
-        "accuracy": {str(r.client): r.accuracy for r in rows},
-        "cbcc_weight": {str(r.client): r.cbcc_weight for r in rows},
-        "weight": {str(r.client): r.weight for r in rows},
-    }
+    return ABFARecord(
+        members=tuple(r.client for r in rows),
+        accuracy={r.client: r.accuracy for r in rows},
+        cbcc_weight={r.client: r.cbcc_weight for r in rows},
+        weight={r.client: r.weight for r in rows},
+    )

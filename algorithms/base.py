@@ -36,6 +36,7 @@ import numpy as np
 from clusterfed.protocol import TrainConfig
 from clusterfed.types import ClientId, ClusterId, Status
 
+from .diagnostics import Diagnostics
 from .robust import MEAN, Krum, Mean, Median, NormClip, TrimmedMean
 
 if TYPE_CHECKING:  # _aggregate imports this module
@@ -379,11 +380,16 @@ class Strategy(ABC, Generic[S]):
         `peer_scores`. By default nobody probes."""
         return []
 
-    def diagnostics(self, state: S) -> dict[str, Any]:
-        """What the strategy decided, as plain JSON values, recorded with each
-        round (`strategy` in rounds.jsonl). Never ground truth: a strategy
-        does not know it."""
-        return {}
+    def diagnostics(self, state: S) -> Diagnostics | Mapping[str, Any] | None:
+        """What the strategy decided, recorded with each round (`strategy` in
+        rounds.jsonl): a frozen `Diagnostics` subclass of the strategy's own
+        whose fields the results read, or None when there is nothing to
+        report. Never ground truth: a strategy does not know it.
+
+        A plain mapping of JSON values is still accepted from a plug-in and
+        recorded as it is (`diagnostics.as_diagnostics`); the built-ins
+        return their typed subclass."""
+        return None
 
     def model_for(self, state: S, client: ClientId) -> tuple[ClusterId, np.ndarray]:
         """The model a client is evaluated with: its cluster's."""

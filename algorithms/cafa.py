@@ -60,7 +60,7 @@ import warnings
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 from sklearn.cluster import KMeans
@@ -70,6 +70,7 @@ from sklearn.metrics import silhouette_score
 from clusterfed.types import ClientId
 
 from ._abfa import (
+    ABFARecord,
     ABFAWeight,
     abfa_record,
     abfa_weights,
@@ -86,6 +87,7 @@ from .base import (
     TaskPlan,
     Want,
 )
+from .diagnostics import Diagnostics
 from .robust import robust_mean
 
 N_INIT = 10  # K-means restarts per k
@@ -117,6 +119,28 @@ class CAFAState(ServerState):
     membership: Mapping[ClientId, int] = field(default_factory=dict)
     clustering: Clustering | None = None
     abfa: tuple[ABFAWeight, ...] | None = None
+
+
+class CBCCRecord(Diagnostics):
+    """CBCC's decisions: k, the IID cluster and its clients, each described
+    client's cluster (by client id, in id order) and the mean silhouette of
+    every k scored (none for a membership without a clustering)."""
+
+    k: int
+    iid_cluster: int
+    iid_clients: tuple[ClientId, ...]
+    clusters: dict[ClientId, int]
+    silhouette: dict[int, float]
+
+
+class CAFADiagnostics(Diagnostics):
+    """CBCC's clustering, once a client described its data, and the last
+    round's ABFA weights, once a round aggregated; the record leaves out
+    what is still None."""
+
+    omit_when_none = frozenset({"cbcc", "abfa"})
+    cbcc: CBCCRecord | None = None
+    abfa: ABFARecord | None = None
 
 
 class CAFA(Strategy[CAFAState]):
@@ -274,9 +298,10 @@ class CAFA(Strategy[CAFAState]):
 
     # -- results ----------------------------------------------------------------
 
-    def diagnostics(self, state: CAFAState) -> dict[str, Any]:
-        """CBCC's clustering and IID clients; the last round's ABFA weights."""
-        found: dict[str, Any] = {}
+    def diagnostics(self, state: CAFAState) -> CAFADiagnostics | None:
+        """CBCC's clustering and IID clients (once a client described its
+        data); the last round's ABFA weights (once a round aggregated)."""
+        cbcc: CBCCRecord | None = None
         membership = state.membership
         if membership:
             iid = iid_cluster(list(membership.values()))
@@ -284,16 +309,17 @@ class CAFA(Strategy[CAFAState]):
             scores: Mapping[int, float] = {}
             if state.clustering is not None:
                 n_clusters, scores = state.clustering.k, state.clustering.scores
-            found["cbcc"] = {
-                "k": int(n_clusters),
-                "iid_cluster": iid,
-                "iid_clients": sorted(c for c, k in membership.items() if k == iid),
-                "clusters": {str(c): k for c, k in sorted(membership.items())},
-                "silhouette": {str(k): float(s) for k, s in sorted(scores.items())},
-            }
-        if state.abfa is not None:
-            found["abfa"] = abfa_record(state.abfa)
-        return found
+            cbcc = CBCCRecord(
+                k=int(n_clusters),
+                iid_cluster=iid,
+                iid_clients=tuple(sorted(c for c, k in membership.items() if k == iid)),
+                clusters=dict(sorted(membership.items())),
+                silhouette={k: float(s) for k, s in sorted(scores.items())},
+            )
+        abfa = None if state.abfa is None else abfa_record(state.abfa)
+        if cbcc is None and abfa is None:
+            return None
+        return CAFADiagnostics(cbcc=cbcc, abfa=abfa)
 
 
 # -- CBCC's maths, each step alone (ABFA's: `_abfa.py`) --------------------------------

@@ -56,9 +56,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
+from pydantic import JsonValue
 from sklearn.cluster import AgglomerativeClustering
 
 from clusterfed.types import ClusterId
@@ -71,6 +72,7 @@ from ._aggregate import (
     weighted_mean,
 )
 from .base import ClientUpdate, ServerState, Strategy
+from .diagnostics import Diagnostics
 from .distances import cosine_similarities
 
 Thresholds = Literal["absolute", "relative"]
@@ -126,6 +128,44 @@ class CFLState(ServerState):
     update_norms: Mapping[ClusterId, UpdateNorms] | None = None
     warmup_norms: tuple[float, ...] = ()
     splits: tuple[Split, ...] = ()
+
+
+class CFLNorms(Diagnostics):
+    """One cluster's `UpdateNorms` as the diagnostics report them."""
+
+    mean: float
+    max: float
+    clients: float
+
+
+class CFLThresholds(Diagnostics):
+    """ε1 and ε2 as norms."""
+
+    eps1: float
+    eps2: float
+
+
+class CFLSplit(Diagnostics):
+    """A `Split` as the diagnostics report it."""
+
+    round: int
+    cluster: ClusterId
+    new_cluster: ClusterId
+    stayed: int
+    moved: int
+
+
+class CFLDiagnostics(Diagnostics):
+    """CFL's round: each cluster's update norms (by cluster id, in id
+    order), the thresholds as norms (None until a relative reference exists)
+    and every split so far, in order. summary.json takes the `splits`."""
+
+    update_norms: dict[ClusterId, CFLNorms]
+    thresholds: CFLThresholds | None
+    splits: tuple[CFLSplit, ...]
+
+    def summary(self) -> dict[str, JsonValue]:
+        return {"splits": [split.record() for split in self.splits]}
 
 
 class CFL(Strategy[CFLState]):
@@ -206,30 +246,30 @@ class CFL(Strategy[CFLState]):
         reference = float(np.mean(state.warmup_norms))
         return self.eps1 * reference, self.eps2 * reference
 
-    def diagnostics(self, state: CFLState) -> dict[str, Any]:
+    def diagnostics(self, state: CFLState) -> CFLDiagnostics | None:
         """Each cluster's update norms of the last round, the thresholds as
-        norms (None until a relative reference exists) and every split so far."""
+        norms and every split so far; None before the first round."""
         norms = state.update_norms
         if norms is None:
-            return {}
+            return None
         eps = self.norm_thresholds(state)
-        return {
-            "update_norms": {
-                str(cluster): {"mean": n.mean, "max": n.max, "clients": n.clients}
+        return CFLDiagnostics(
+            update_norms={
+                cluster: CFLNorms(mean=n.mean, max=n.max, clients=n.clients)
                 for cluster, n in sorted(norms.items())
             },
-            "thresholds": (None if eps is None else {"eps1": eps[0], "eps2": eps[1]}),
-            "splits": [
-                {
-                    "round": s.round,
-                    "cluster": int(s.cluster),
-                    "new_cluster": int(s.new_cluster),
-                    "stayed": s.stayed,
-                    "moved": s.moved,
-                }
+            thresholds=None if eps is None else CFLThresholds(eps1=eps[0], eps2=eps[1]),
+            splits=tuple(
+                CFLSplit(
+                    round=s.round,
+                    cluster=s.cluster,
+                    new_cluster=s.new_cluster,
+                    stayed=s.stayed,
+                    moved=s.moved,
+                )
                 for s in state.splits
-            ],
-        }
+            ),
+        )
 
     def split(
         self, state: CFLState, round: int, updates: Sequence[ClientUpdate]

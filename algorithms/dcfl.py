@@ -65,7 +65,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -75,6 +74,7 @@ from ._aggregate import weighted_mean
 from ._buffers import Buffered, ClusterBuffer, latest_per_client
 from ._recluster import affinity_clusters, dunn_index, match_ids
 from .base import ClientInfo, ClientUpdate, ServerState, Strategy
+from .diagnostics import Diagnostics
 from .distances import check_metric, pairwise_distances
 from .robust import robust_mean
 
@@ -107,6 +107,14 @@ class DCFLState(ServerState):
     reclustered: bool = False
     buffers: Mapping[ClusterId, ClusterBuffer] = field(default_factory=dict)
     window: tuple[ClientUpdate, ...] = ()
+
+
+class DCFLDiagnostics(Diagnostics):
+    """The last round's Dunn index (None when infinite or undefined) and
+    whether that round re-clustered."""
+
+    dunn_index: float | None
+    reclustered: bool
 
 
 class DCFL(Buffered, Strategy[DCFLState]):
@@ -199,16 +207,16 @@ class DCFL(Buffered, Strategy[DCFLState]):
             return GLOBAL_MODEL, global_model(state.models)
         return super().model_for(state, client)
 
-    def diagnostics(self, state: DCFLState) -> dict[str, Any]:
-        """The last Dunn index (None when infinite or undefined) and whether
-        the last round re-clustered."""
+    def diagnostics(self, state: DCFLState) -> DCFLDiagnostics | None:
+        """The last Dunn index and whether the last round re-clustered; None
+        before the first round."""
         if state.dunn_index is None:
-            return {}
+            return None
         index = float(state.dunn_index)
-        return {
-            "dunn_index": index if math.isfinite(index) else None,
-            "reclustered": bool(state.reclustered),
-        }
+        return DCFLDiagnostics(
+            dunn_index=index if math.isfinite(index) else None,
+            reclustered=bool(state.reclustered),
+        )
 
     # -- the round ------------------------------------------------------------
 

@@ -17,13 +17,15 @@ its inputs; empty and all-failed rounds change nothing; the same seed gives
 the same result; a leaving client leaves the assignment; accepted updates
 move the models, and zero updates do not; a strategy with an asynchronous
 mode folds single updates by the same rules; a strategy that folds its round
-into running sums (streaming aggregation) gets what `aggregate` gives.
+into running sums (streaming aggregation) gets what `aggregate` gives; the
+diagnostics are typed and their record is JSON that reads back as them.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -31,6 +33,7 @@ from functools import partial
 from typing import Any
 
 import numpy as np
+from pydantic import ValidationError
 
 from clusterfed.algorithms import (
     ClientInfo,
@@ -42,6 +45,7 @@ from clusterfed.algorithms import (
     make,
 )
 from clusterfed.algorithms.base import streams
+from clusterfed.algorithms.diagnostics import PlainDiagnostics, as_diagnostics
 from clusterfed.types import ClientId
 
 DIM = 12
@@ -371,6 +375,36 @@ def folding_equals_aggregate(name: str) -> None:
         state = expected
 
 
+def diagnostics_are_typed_and_recorded_as_json(name: str) -> None:
+    """Before the first round and after each of three, `diagnostics` gives a
+    `Diagnostics` or None (or a plug-in's mapping of JSON values); its record
+    is JSON, and reads back as the same object: a non-finite float, which
+    the record writes as null, must be None already."""
+    strategy, state, clients, rng = _joined(name, seed=3)
+    if strategy.wants:
+        state = strategy.on_describe(state, 0, _histograms(clients), rng)
+    for round in range(4):
+        try:
+            found = as_diagnostics(strategy.diagnostics(state), name)
+        except TypeError as exc:
+            raise AssertionError(f"round {round}: {exc}") from exc
+        if found is not None:
+            record = found.record()
+            json.dumps(record, allow_nan=False)
+            if not isinstance(found, PlainDiagnostics):
+                try:
+                    same = type(found).model_validate(record) == found
+                except ValidationError:
+                    same = False
+                assert same, (
+                    f"round {round}: the record of {type(found).__name__} reads"
+                    f" back as another object: {record}"
+                )
+        if round < 3:
+            plans = strategy.plan_round(state, round, clients, rng)
+            state = strategy.aggregate(state, round, _updates(plans), rng)
+
+
 Check = Callable[[str], None]
 
 # Every check, in the order a strategy's life goes.
@@ -386,6 +420,7 @@ CHECKS: tuple[Check, ...] = (
     accepted_updates_move_the_models,
     the_async_mode_folds_updates_alone,
     folding_equals_aggregate,
+    diagnostics_are_typed_and_recorded_as_json,
 )
 
 

@@ -30,6 +30,8 @@ from clusterfed.actors.faults import FaultyClientSpec
 from clusterfed.actors.runtimes import Runtime
 from clusterfed.actors.spec import PrivacyPlan, privacy_summary
 from clusterfed.actors.trace import TraceMode, TraceWriter, TracingRuntime
+from clusterfed.algorithms.cafa import CAFADiagnostics
+from clusterfed.algorithms.diagnostics import as_diagnostics
 from clusterfed.errors import ConfigError, ScenarioWarning
 from clusterfed.protocol import Shutdown, Welcome, decode
 from clusterfed.scenarios import RunPlan, Scenario, ScenarioEngine, plan_run
@@ -181,6 +183,12 @@ class Federation:
             )
             self.restore(self._resume.federation)
             await self.runtime.restore(self._resume.federation["clients"])
+            # The checkpoint follows a round's record: its diagnostics are
+            # those of the restored state.
+            strategy = self.server.strategy
+            self.recorder.diagnostics = as_diagnostics(
+                strategy.diagnostics(self.server.state), type(strategy).__name__
+            )
         return self.first_round
 
     async def step(self, round: int) -> Row:
@@ -366,14 +374,16 @@ class Federation:
         return reply
 
     def _strategy_summary(self) -> dict[str, Any]:
-        """Summary keys from the strategy's last diagnostics: the `splits` a
-        strategy reports (CFL), and scores against the ground truth, which
-        only the scenario knows: `cbcc` for CAFA."""
-        rows = self.recorder.rows
-        if not rows:
+        """Summary keys from the strategy's diagnostics of the last round
+        recorded: what they offer (`Diagnostics.summary`: CFL's `splits`),
+        and scores against the ground truth, which only the scenario knows:
+        `cbcc` for CAFA."""
+        last = self.recorder.diagnostics
+        if not self.recorder.rows or last is None:
             return {}
-        last = rows[-1].get("strategy") or {}
-        splits = {"splits": last["splits"]} if "splits" in last else {}
+        found: dict[str, Any] = dict(last.summary())
+        if not isinstance(last, CAFADiagnostics) or last.cbcc is None:
+            return found
         iid = self.scenario.partition.iid_groups()
         engine = self.engine
         truth = (
@@ -385,8 +395,8 @@ class Federation:
             if iid is not None
             else None
         )
-        cbcc = cbcc_scores(last, truth)
-        return splits if cbcc is None else {**splits, "cbcc": cbcc}
+        found["cbcc"] = cbcc_scores(last.cbcc, truth)
+        return found
 
 
 class RunsRounds(Protocol):

@@ -20,6 +20,8 @@ import numpy as np
 from sklearn.metrics import accuracy_score, f1_score, precision_score, recall_score
 
 from clusterfed.actors import RoundOutcome
+from clusterfed.algorithms.cafa import CBCCRecord
+from clusterfed.algorithms.diagnostics import Diagnostics
 from clusterfed.errors import ConfigError
 
 from .checkpoint import CHECKPOINT, RecorderSnapshot
@@ -146,6 +148,9 @@ class RunRecorder:
     ) -> None:
         self.out = out
         self.rows: list[Row] = []
+        # The strategy's diagnostics of the last round recorded, typed (a
+        # resumed run's come from its restored state: `Federation.start`).
+        self.diagnostics: Diagnostics | None = None
         self._start = time.perf_counter()
         # What the user put into a stopped run's folder stays theirs.
         self._foreign = frozenset(strangers(out)) if resume is not None else frozenset()
@@ -239,9 +244,10 @@ class RunRecorder:
             "rejected_messages": outcome.rejected_messages,
             "rejections": outcome.rejections,
             "clients": clients,
-            "strategy": _plain(outcome.diagnostics),
+            "strategy": outcome.strategy_record(),
         }
         self.rows.append(row)
+        self.diagnostics = outcome.diagnostics
         with (self.out / "rounds.jsonl").open("a") as stream:
             stream.write(json.dumps(row, allow_nan=False) + "\n")
         note_new(self.out, LATE_OUTPUTS, ignore=self._foreign)
@@ -354,29 +360,23 @@ def staleness_summary(rows: Sequence[Row]) -> Row | None:
     }
 
 
-def cbcc_scores(
-    diagnostics: Mapping[str, Any], iid_truth: Mapping[int, bool] | None
-) -> Row | None:
+def cbcc_scores(cbcc: CBCCRecord, iid_truth: Mapping[int, bool] | None) -> Row:
     """How well CBCC (CAFA) tells IID clients from the rest (004 Tables II–III).
 
-    `diagnostics` is a round's `strategy` record; its `cbcc` lists the clients
-    CBCC placed and those it calls IID. `iid_truth` says, for each client,
-    whether the scenario planted it IID (None: the partition does not say).
-    IID is the positive class; the scores cover the clients CBCC placed that
-    have a ground truth. None if the strategy reports no CBCC.
+    `cbcc` is CAFA's last CBCC record: the clients CBCC placed and those it
+    calls IID. `iid_truth` says, for each client, whether the scenario planted
+    it IID (None: the partition does not say). IID is the positive class; the
+    scores cover the clients CBCC placed that have a ground truth.
     """
-    cbcc = diagnostics.get("cbcc")
-    if not isinstance(cbcc, Mapping):
-        return None
     scores: Row = {
-        "k": cbcc.get("k"),
+        "k": cbcc.k,
         "precision": None,
         "recall": None,
         "accuracy": None,
         "f1": None,
     }
-    called = {int(c) for c in cbcc.get("iid_clients", [])}
-    placed = sorted(int(c) for c in cbcc.get("clusters", {}))
+    called = set(cbcc.iid_clients)
+    placed = sorted(cbcc.clusters)
     if iid_truth is None:
         return scores
     judged = [c for c in placed if c in iid_truth]

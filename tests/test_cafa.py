@@ -17,9 +17,12 @@ import clusterfed
 from clusterfed.actors import Client, InlineRuntime, ParameterServer
 from clusterfed.actors.work import class_histogram
 from clusterfed.algorithms import ClientInfo, ClientUpdate, PeerScore, make
+from clusterfed.algorithms._abfa import ABFARecord
 from clusterfed.algorithms.cafa import (
     CAFA,
+    CAFADiagnostics,
     CAFAState,
+    CBCCRecord,
     abfa_weights,
     cbcc_clustering,
     cbcc_weights,
@@ -127,21 +130,33 @@ def _cafa_state(
     )
 
 
+def _cbcc(strategy: CAFA, state: CAFAState) -> CBCCRecord:
+    """CBCC's record in the strategy's diagnostics of `state`, typed."""
+    found = strategy.diagnostics(state)
+    assert found is not None and found.cbcc is not None
+    return found.cbcc
+
+
+def _abfa(strategy: CAFA, state: CAFAState) -> ABFARecord:
+    """ABFA's record in the strategy's diagnostics of `state`, typed."""
+    found = strategy.diagnostics(state)
+    assert found is not None and found.abfa is not None
+    return found.abfa
+
+
 def test_a_late_client_joins_the_nearest_centre_and_the_clusters_stay() -> None:
     strategy = CAFA()
     rng = np.random.default_rng(0)
     state = _cafa_state(strategy, rng=rng)
-    before = strategy.diagnostics(state)["cbcc"]
+    before = _cbcc(strategy, state)
     late = np.array([[0, 0, 0, 0, 0, 0, 0, 20, 20, 21]])
     state = strategy.on_join(state, ClientInfo(ClientId(10), 61, joined_round=3))
     state = strategy.on_describe(state, 3, {ClientId(10): late[0]}, rng)
-    after = strategy.diagnostics(state)["cbcc"]
-    assert after["k"] == before["k"] == 3
-    assert after["clusters"]["10"] == after["clusters"]["8"]
-    assert {k: v for k, v in after["clusters"].items() if k != "10"} == before[
-        "clusters"
-    ]
-    assert after["iid_clients"] == [0, 1, 2, 3, 4]
+    after = _cbcc(strategy, state)
+    assert after.k == before.k == 3
+    assert after.clusters[ClientId(10)] == after.clusters[ClientId(8)]
+    assert {k: v for k, v in after.clusters.items() if k != 10} == before.clusters
+    assert after.iid_clients == (0, 1, 2, 3, 4)
     assert strategy.cbcc_weight(state, ClientId(10)) == pytest.approx(3 / 11)
     assert strategy.cbcc_weight(state, ClientId(0)) == pytest.approx(5 / 11)
 
@@ -149,7 +164,7 @@ def test_a_late_client_joins_the_nearest_centre_and_the_clusters_stay() -> None:
 def test_a_leaving_client_leaves_its_cbcc_cluster() -> None:
     strategy = CAFA()
     state = strategy.on_leave(_cafa_state(strategy), ClientId(9))
-    assert "9" not in strategy.diagnostics(state)["cbcc"]["clusters"]
+    assert ClientId(9) not in _cbcc(strategy, state).clusters
     assert strategy.cbcc_weight(state, ClientId(8)) == pytest.approx(1 / 9)
 
 
@@ -219,11 +234,11 @@ def test_abfa_weights_of_a_hand_made_accuracy_table_and_eq_11() -> None:
     w_a = a / a.sum()  # Eq. 10
     w_k = np.array([5, 3, 2]) / 10  # Eq. 8: the planted clusters' shares
     c = w_k * w_a / (w_k * w_a).sum()  # Eq. 11
-    record = strategy.diagnostics(new)["abfa"]
-    assert record["members"] == MEMBERS
-    assert_allclose([record["accuracy"][str(m)] for m in MEMBERS], a)
-    assert_allclose([record["cbcc_weight"][str(m)] for m in MEMBERS], w_k)
-    assert_allclose([record["weight"][str(m)] for m in MEMBERS], c)
+    record = _abfa(strategy, new)
+    assert record.members == tuple(MEMBERS)
+    assert_allclose([record.accuracy[ClientId(m)] for m in MEMBERS], a)
+    assert_allclose([record.cbcc_weight[ClientId(m)] for m in MEMBERS], w_k)
+    assert_allclose([record.weight[ClientId(m)] for m in MEMBERS], c)
     assert_allclose(new.models[0], [c[0], 2 * c[1], 4 * c[2], 0, 0], rtol=1e-6)
     assert new.models[0].dtype == np.float32
     np.testing.assert_array_equal(state.models[0], np.zeros(DIM))
@@ -237,9 +252,9 @@ def test_unscored_models_take_the_mean_accuracy_and_failures_are_left_out() -> N
         updates[1].client, ClusterId(0), "ok", updates[1].base, updates[1].delta, 80
     )
     updates.append(ClientUpdate(ClientId(9), ClusterId(0), "failed", reason="down"))
-    record = strategy.diagnostics(strategy.aggregate(state, 0, updates, _rng()))["abfa"]
-    assert record["members"] == MEMBERS
-    assert record["accuracy"]["5"] == pytest.approx((0.74 + 2 / 3) / 2)
+    record = _abfa(strategy, strategy.aggregate(state, 0, updates, _rng()))
+    assert record.members == tuple(MEMBERS)
+    assert record.accuracy[ClientId(5)] == pytest.approx((0.74 + 2 / 3) / 2)
 
 
 def test_a_round_samples_k_clients_among_those_cbcc_placed() -> None:
@@ -343,8 +358,9 @@ def test_the_histogram_is_sent_only_when_the_strategy_asks() -> None:
     assert cafa.kinds["describe_task"] == 8
     assert set(cafa.by_client["describe_task"].values()) == {1}
     assert server.described == set(range(8))
-    cbcc = outcomes[0].diagnostics["cbcc"]
-    assert sorted(int(c) for c in cbcc["clusters"]) == list(range(8))
+    cbcc = outcomes[0].diagnostics
+    assert isinstance(cbcc, CAFADiagnostics) and cbcc.cbcc is not None
+    assert sorted(cbcc.cbcc.clusters) == list(range(8))
 
 
 def test_each_histogram_counts_the_clients_training_labels() -> None:
@@ -453,8 +469,8 @@ ONE_CLASS = np.eye(4, dtype=np.int64) * 10
 def test_one_selected_client_and_k_max_two_are_accepted() -> None:
     strategy = make("cafa", selected=1, k_max=2)
     state = _cafa_state(strategy)  # PLANTED would pick 3 unbounded
-    assert strategy.diagnostics(state)["cbcc"]["k"] == 2
-    assert set(strategy.diagnostics(state)["cbcc"]["silhouette"]) == {"2"}
+    assert _cbcc(strategy, state).k == 2
+    assert set(_cbcc(strategy, state).silhouette) == {2}
     clients = [ClientInfo(ClientId(i), 80) for i in range(10)]
     assert len(strategy.plan_round(state, 0, clients, _rng())) == 1
 
@@ -598,9 +614,9 @@ def test_a_member_alone_keeps_its_whole_delta_and_an_accuracy_of_one() -> None:
     (update, *_) = _scored_updates(state)
     alone = ClientUpdate(update.client, ClusterId(0), "ok", update.base, update.delta)
     new = strategy.aggregate(state, 0, [alone], _rng())
-    record = strategy.diagnostics(new)["abfa"]
-    assert record["members"] == [0]
-    assert record["accuracy"] == {"0": 1.0} and record["weight"] == {"0": 1.0}
+    record = _abfa(strategy, new)
+    assert record.members == (0,)
+    assert record.accuracy == {0: 1.0} and record.weight == {0: 1.0}
     assert_allclose(new.models[ClusterId(0)], [1.0, 0, 0, 0, 0])
 
 
@@ -610,7 +626,7 @@ def test_a_round_without_usable_updates_records_no_members() -> None:
     state = strategy.aggregate(state, 0, _scored_updates(state), _rng())
     failed = [ClientUpdate(ClientId(0), ClusterId(0), "failed", reason="down")]
     after = strategy.aggregate(state, 1, failed, _rng())
-    assert strategy.diagnostics(after)["abfa"]["members"] == []
+    assert _abfa(strategy, after).members == ()
     np.testing.assert_array_equal(after.models[0], state.models[0])
 
 
@@ -626,7 +642,7 @@ def test_a_late_update_with_its_delta_takes_no_part() -> None:
         p.client for p in strategy.plan_probes(state, 0, updates, _rng())
     ) == (MEMBERS)
     new = strategy.aggregate(state, 0, updates, _rng())
-    assert strategy.diagnostics(new)["abfa"]["members"] == MEMBERS
+    assert _abfa(strategy, new).members == tuple(MEMBERS)
     assert new.models[0][4] == 0.0
 
 
@@ -635,12 +651,12 @@ def test_diagnostics_keep_cbccs_k_and_silhouettes_when_a_cluster_empties() -> No
     state = _cafa_state(strategy)
     for client in (8, 9):  # the whole of the planted cluster of classes 7-9
         state = strategy.on_leave(state, ClientId(client))
-    cbcc = strategy.diagnostics(state)["cbcc"]
-    assert cbcc["k"] == 3 and len(set(cbcc["clusters"].values())) == 2
-    assert list(cbcc["silhouette"]) == [str(k) for k in range(2, 10)]
-    assert max(cbcc["silhouette"], key=cbcc["silhouette"].get) == "3"
-    assert cbcc["iid_cluster"] == cbcc["clusters"]["0"]
-    assert cbcc["iid_clients"] == [0, 1, 2, 3, 4]
+    cbcc = _cbcc(strategy, state)
+    assert cbcc.k == 3 and len(set(cbcc.clusters.values())) == 2
+    assert list(cbcc.silhouette) == list(range(2, 10))
+    assert max(cbcc.silhouette, key=cbcc.silhouette.__getitem__) == 3
+    assert cbcc.iid_cluster == cbcc.clusters[ClientId(0)]
+    assert cbcc.iid_clients == (0, 1, 2, 3, 4)
 
 
 def test_diagnostics_of_a_membership_without_a_clustering_count_its_clusters() -> None:
@@ -649,10 +665,23 @@ def test_diagnostics_of_a_membership_without_a_clustering_count_its_clusters() -
         assignment={},
         membership={ClientId(0): 0, ClientId(1): 1, ClientId(2): 1},
     )
-    assert CAFA().diagnostics(state)["cbcc"] == {
-        "k": 2,
-        "iid_cluster": 1,
-        "iid_clients": [1, 2],
-        "clusters": {"0": 0, "1": 1, "2": 1},
-        "silhouette": {},
+    found = CAFA().diagnostics(state)
+    assert found == CAFADiagnostics(
+        cbcc=CBCCRecord(
+            k=2,
+            iid_cluster=1,
+            iid_clients=(ClientId(1), ClientId(2)),
+            clusters={ClientId(0): 0, ClientId(1): 1, ClientId(2): 1},
+            silhouette={},
+        )
+    )
+    # No round aggregated yet: the record leaves `abfa` out.
+    assert found.record() == {
+        "cbcc": {
+            "k": 2,
+            "iid_cluster": 1,
+            "iid_clients": [1, 2],
+            "clusters": {"0": 0, "1": 1, "2": 1},
+            "silhouette": {},
+        }
     }

@@ -7,7 +7,15 @@ import pytest
 from numpy.testing import assert_allclose
 
 from clusterfed.algorithms import ClientInfo, ClientUpdate, ServerState, make
-from clusterfed.algorithms.cfl import CFL, CFLState, Split, UpdateNorms, bipartition
+from clusterfed.algorithms.cfl import (
+    CFL,
+    CFLSplit,
+    CFLState,
+    CFLThresholds,
+    Split,
+    UpdateNorms,
+    bipartition,
+)
 from clusterfed.types import ClientId, ClusterId
 
 DIM = 10
@@ -190,16 +198,24 @@ def test_bipartition_splits_opposite_updates() -> None:
 def test_a_split_is_recorded_with_its_round() -> None:
     cfl = CFL(warmup=5)
     state = _start(cfl)
-    assert cfl.diagnostics(state) == {}  # nothing decided yet
+    assert cfl.diagnostics(state) is None  # nothing decided yet
     state = cfl.aggregate(state, 4, _updates(state, _opposed()), _rng())
     assert state.splits == ()
     state = cfl.aggregate(state, 7, _updates(state, _opposed()), _rng())
     assert state.splits == (Split(7, ClusterId(0), ClusterId(1), 3, 3),)
     found = cfl.diagnostics(state)
-    assert found["splits"] == [
-        {"round": 7, "cluster": 0, "new_cluster": 1, "stayed": 3, "moved": 3}
-    ]
-    assert found["thresholds"] == {"eps1": 0.4, "eps2": 1.6}
+    assert found is not None
+    assert found.splits == (
+        CFLSplit(
+            round=7, cluster=ClusterId(0), new_cluster=ClusterId(1), stayed=3, moved=3
+        ),
+    )
+    assert found.thresholds == CFLThresholds(eps1=0.4, eps2=1.6)
+    assert found.summary() == {
+        "splits": [
+            {"round": 7, "cluster": 0, "new_cluster": 1, "stayed": 3, "moved": 3}
+        ]
+    }
 
 
 # -- relative thresholds ----------------------------------------------------------
@@ -221,7 +237,9 @@ def test_relative_thresholds_are_multiples_of_the_warmup_client_norm() -> None:
     state = _warm(cfl, scale=8.0)
     assert state.warmup_norms == (8.0, 8.0)
     assert cfl.norm_thresholds(state) == (2.0, 8.0)  # 0.25·8, 1.0·8
-    assert cfl.diagnostics(state)["thresholds"] == {"eps1": 2.0, "eps2": 8.0}
+    found = cfl.diagnostics(state)
+    assert found is not None
+    assert found.thresholds == CFLThresholds(eps1=2.0, eps2=8.0)
     # After the warm-up the reference stays put.
     state = cfl.aggregate(state, 2, _updates(state, _opposed(scale=2.0)), _rng())
     assert state.warmup_norms == (8.0, 8.0)
@@ -263,7 +281,9 @@ def test_relative_thresholds_wait_for_a_reference() -> None:
     state = cfl.aggregate(state, 0, failed, _rng())
     state = cfl.aggregate(state, 1, _updates(state, _opposed()), _rng())
     assert state.warmup_norms == () and state.splits == ()
-    assert cfl.diagnostics(state)["thresholds"] is None
+    found = cfl.diagnostics(state)
+    assert found is not None and found.thresholds is None
+    assert found.record()["thresholds"] is None  # written as null, not left out
 
 
 def test_defaults_follow_the_threshold_rule() -> None:
@@ -335,13 +355,14 @@ def test_diagnostics_report_each_clusters_norms_and_thresholds() -> None:
     state = cfl.aggregate(state, 0, _updates(state, deltas), _rng())
     # by hand: mean update (1, 4/3), norm 5/3; client norms 3, 0, 4
     found = cfl.diagnostics(state)
-    assert found.keys() == {"update_norms", "thresholds", "splits"}
-    assert found["update_norms"].keys() == {"0"}
-    assert found["update_norms"]["0"] == pytest.approx(
-        {"mean": 5 / 3, "max": 4.0, "clients": 7 / 3}
-    )
-    assert found["thresholds"] == {"eps1": 0.4, "eps2": 1.6}
-    assert found["splits"] == []
+    assert found is not None
+    assert found.update_norms.keys() == {ClusterId(0)}
+    norms = found.update_norms[ClusterId(0)]
+    assert (norms.mean, norms.max, norms.clients) == pytest.approx((5 / 3, 4.0, 7 / 3))
+    assert found.thresholds == CFLThresholds(eps1=0.4, eps2=1.6)
+    assert found.splits == ()
+    assert list(found.record()) == ["update_norms", "thresholds", "splits"]
+    assert list(found.record()["update_norms"]) == ["0"]
 
 
 def test_a_late_update_counts_neither_in_the_model_nor_in_the_split() -> None:

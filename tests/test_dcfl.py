@@ -13,6 +13,7 @@ from clusterfed.algorithms import dcfl as dcfl_module
 from clusterfed.algorithms.dcfl import (
     DCFL,
     GLOBAL_MODEL,
+    DCFLDiagnostics,
     DCFLState,
     affinity_clusters,
     dunn_index,
@@ -322,22 +323,22 @@ def test_the_dunn_index_uses_the_chosen_distance() -> None:
 def test_diagnostics_report_the_last_index_and_reclustering() -> None:
     dcfl = DCFL()
     state = _two_clusters(dcfl, [0, 0, 1, 0, 1, 1])
-    assert dcfl.diagnostics(state) == {}  # no round yet
+    assert dcfl.diagnostics(state) is None  # no round yet
     new = dcfl.aggregate(state, 3, _updates(dcfl, state, _group_ends()), _rng())
     index = new.dunn_index
     assert index is not None and 0 < index < 1
-    assert dcfl.diagnostics(new) == {"dunn_index": index, "reclustered": True}
+    assert dcfl.diagnostics(new) == DCFLDiagnostics(dunn_index=index, reclustered=True)
     # The clustering is right now: the next round keeps it and says so.
     again = dcfl.aggregate(new, 4, _updates(dcfl, new, _group_ends(2)), _rng())
     assert again.dunn_index is not None and again.dunn_index > 1
-    assert dcfl.diagnostics(again) == {
-        "dunn_index": again.dunn_index,
-        "reclustered": False,
-    }
+    assert dcfl.diagnostics(again) == DCFLDiagnostics(
+        dunn_index=again.dunn_index, reclustered=False
+    )
     # Infinite or undefined indices are recorded as None (JSON has neither).
     for value in (math.inf, math.nan):
         shown = dcfl.diagnostics(again.replace(dunn_index=value))
-        assert shown == {"dunn_index": None, "reclustered": False}
+        assert shown == DCFLDiagnostics(dunn_index=None, reclustered=False)
+        assert shown.record() == {"dunn_index": None, "reclustered": False}
 
 
 def test_the_preference_sets_how_many_clusters_form() -> None:

@@ -9,8 +9,10 @@ import msgpack
 import numpy as np
 import pytest
 
-from clusterfed.actors import Client, ParameterServer
+from clusterfed.actors import Client, ParameterServer, RoundOutcome
 from clusterfed.actors.tasks import train_tasks
+from clusterfed.algorithms._abfa import ABFARecord
+from clusterfed.algorithms.cafa import CAFADiagnostics, CBCCRecord
 from clusterfed.protocol import ErrorReply, Welcome, decode, encode
 from clusterfed.protocol.messages import Envelope, UpdateReply
 from clusterfed.scenarios import plan_run
@@ -182,6 +184,20 @@ def on_kind(client: int, kind: str, rewrite: Callable[[Envelope], bytes]) -> Tam
     return tamper
 
 
+def _cbcc(outcome: RoundOutcome) -> CBCCRecord:
+    """CAFA's CBCC record of a round, typed."""
+    found = outcome.diagnostics
+    assert isinstance(found, CAFADiagnostics) and found.cbcc is not None
+    return found.cbcc
+
+
+def _abfa(outcome: RoundOutcome) -> ABFARecord:
+    """CAFA's ABFA record of a round, typed."""
+    found = outcome.diagnostics
+    assert isinstance(found, CAFADiagnostics) and found.abfa is not None
+    return found.abfa
+
+
 def test_a_forged_histogram_is_refused_counted_and_not_asked_again() -> None:
     from clusterfed.protocol import ClassHistogram
 
@@ -195,8 +211,8 @@ def test_a_forged_histogram_is_refused_counted_and_not_asked_again() -> None:
     assert outcomes[0].rejected_messages == 1 and outcomes[1].rejected_messages == 0
     assert "client 2: describe: histogram of client 5" in outcomes[0].rejections[0]
     assert ClientId(2) in server.described
-    clusters = outcomes[1].diagnostics["cbcc"]["clusters"]
-    assert "2" not in clusters and len(clusters) == 7
+    clusters = _cbcc(outcomes[1]).clusters
+    assert ClientId(2) not in clusters and len(clusters) == 7
 
 
 def test_a_client_that_cannot_describe_itself_is_asked_again() -> None:
@@ -214,8 +230,8 @@ def test_a_client_that_cannot_describe_itself_is_asked_again() -> None:
 
     _, outcomes = run_cafa(2, once)
     assert calls["n"] == 2
-    assert "3" not in outcomes[0].diagnostics["cbcc"]["clusters"]
-    assert "3" in outcomes[1].diagnostics["cbcc"]["clusters"]
+    assert ClientId(3) not in _cbcc(outcomes[0]).clusters
+    assert ClientId(3) in _cbcc(outcomes[1]).clusters
 
 
 def test_a_probe_reply_for_other_models_is_refused_and_the_round_goes_on() -> None:
@@ -228,13 +244,10 @@ def test_a_probe_reply_for_other_models_is_refused_and_the_round_goes_on() -> No
         return encode(env.model_copy(update={"payload": fewer}))
 
     server, outcomes = run_cafa(1)
-    members = outcomes[0].diagnostics["abfa"]["members"]
+    members = _abfa(outcomes[0]).members
     _, tampered = run_cafa(1, on_kind(members[0], "probe_reply", drop_one))
     assert tampered[0].rejected_messages == 1
     assert f"client {members[0]}: probe: probe scores" in tampered[0].rejections[0]
-    assert tampered[0].diagnostics["abfa"]["members"] == members
+    assert _abfa(tampered[0]).members == members
     # The refused scores are missing: other models' accuracies change.
-    assert (
-        tampered[0].diagnostics["abfa"]["accuracy"]
-        != outcomes[0].diagnostics["abfa"]["accuracy"]
-    )
+    assert _abfa(tampered[0]).accuracy != _abfa(outcomes[0]).accuracy
