@@ -1,5 +1,6 @@
-"""The page: its preamble, one part per dataset, and the pieces every paper's
-section is built from (tables, verdict sentences, the commands behind them)."""
+"""The page: its preamble, one part per dataset (its claims table first), and
+the pieces every paper's section is built from (tables, the commands behind
+them); the verdict sentences are claims (claims.py)."""
 
 from __future__ import annotations
 
@@ -9,19 +10,43 @@ from typing import Any
 
 from clusterfed.seeds import Interval
 
+from .claims import (
+    ALPHA,
+    CHANCE,
+    COLLAPSED,
+    FAILS,
+    HOLDS,
+    MEASURED,
+    SIGN_TEST_SEEDS,
+    Claims,
+)
 from .runner import ROOT, ByKey, Outcome
 
-# A paper's part of the page for one dataset; [] when none of its runs is there.
-Section = Callable[[ByKey, str, Path], list[str]]
+# A paper's part of the page for one dataset, its claims registered in the
+# Claims given; [] when none of its runs is there.
+Section = Callable[[ByKey, str, Path, Claims], list[str]]
 
 # What every section's list of verdicts starts with.
-CLAIMS = "The paper's claims, seed by seed (difference, 95 % interval):"
-# Both datasets of the page have 10 classes.
-CHANCE = 0.1
+CLAIMS = (
+    "The paper's claims, seed by seed (95 % interval; our measurements beyond"
+    " them without verdict):"
+)
+# What each dataset's runs use of it: every accuracy on the page is a
+# client's accuracy on the 20 % of its own samples it holds out (the
+# scenarios' test_fraction), never on a dataset's own test split.
 DATASET_WORDS = {
-    "digits": "the embedded digits (8×8 images, 1,797 of them)",
-    "fashion_mnist": "Fashion-MNIST (28×28 images, 70,000 of them)",
+    "digits": "the embedded digits (8×8 images, 1,797 of them, shared out among"
+    " the clients; the set has no test split)",
+    "fashion_mnist": "Fashion-MNIST (28×28 images): the clients' data are drawn"
+    " from its 60,000 training images only; its 10,000-image test split is used"
+    " for the global model's accuracy (`global_acc` in rounds.jsonl), which this"
+    " page does not show",
 }
+HOLDOUT = (
+    "Every accuracy on this page is a client's accuracy on the 20 % of its own"
+    " samples that it holds out from training (the scenarios' `test_fraction`),"
+    " averaged over the clients; the papers report accuracy on a test set."
+)
 
 
 def fmt(value: Any, digits: int = 3) -> str:
@@ -45,18 +70,6 @@ def pm(found: Interval | None, digits: int = 3) -> str:
     if found.half_width is None:
         return f"{found.mean:.{digits}f}"
     return f"{found.mean:.{digits}f} ± {found.half_width:.{digits}f}"
-
-
-def decided(difference: Interval) -> str:
-    """A claim that `difference` (seed by seed) is above 0, decided from its
-    95 % interval: holds, does not hold, or cannot tell at this many seeds."""
-    if difference.low is None or difference.high is None:
-        return f"cannot tell at {difference.n} seed{'s' * (difference.n != 1)}"
-    if difference.low > 0:
-        return "holds"
-    if difference.high < 0:
-        return "does not hold"
-    return f"cannot tell at {difference.n} seeds"
 
 
 def provenance(*outcomes: Outcome) -> list[str]:
@@ -85,6 +98,86 @@ def provenance(*outcomes: Outcome) -> list[str]:
     return [*lines, ""]
 
 
+def claims_summary(claims: Claims) -> list[str]:
+    """The counts, the line on chance and the claims table that open a
+    dataset's part of the page, all computed from `claims`."""
+    papers = claims.papers()
+    if not claims:
+        return []
+    tested = claims.tested()
+    holm = claims.holm()
+    plain = [c.verdict for c in papers]
+    adjusted = [holm[c.key] for c in papers]
+    measured = len(claims) - len(papers)
+    undecided = len(papers) - plain.count(HOLDS) - plain.count(FAILS)
+    collapsed = sum(v.endswith("collapsed") for v in plain)
+    expected = len(tested) * ALPHA / 2
+    lines = [
+        f"**Claims.** The papers make {len(papers)} claims that this page tests:"
+        f" {plain.count(HOLDS)} confirmed (holds), {plain.count(FAILS)}"
+        f" contradicted (does not hold), {undecided} undecided"
+        f" ({undecided - collapsed} cannot tell at this many seeds,"
+        f" {collapsed} with a collapsed run). With Holm's adjustment:"
+        f" {adjusted.count(HOLDS)} confirmed, {adjusted.count(FAILS)} contradicted,"
+        f" {len(papers) - adjusted.count(HOLDS) - adjusted.count(FAILS)} undecided."
+        + (
+            f" {measured} more lines are our own measurements beyond the papers'"
+            " claims, shown without a verdict."
+            if measured
+            else ""
+        ),
+        "",
+        f"**Chance.** The page makes {len(tested)} verdicts at 95 % (the papers'"
+        " claims with 2 seeds or more). A “holds” needs the whole two-sided 95 %"
+        " interval above 0, which is a one-sided test at 2.5 % (for an event"
+        " counted seed by seed, the one-sided sign test at 2.5 %:"
+        f" {SIGN_TEST_SEEDS} of {SIGN_TEST_SEEDS} seeds at least). So if no"
+        " claim were true (every true difference 0), each"
+        " would read “holds” with probability 0.025, and about"
+        f" {len(tested)} × 0.025 = {expected:.2f} of them would read “holds” by"
+        " chance alone (and as many “does not hold”); fewer where a true"
+        " difference is below 0. Were the verdicts independent, at least one"
+        f" false “holds” would come with probability 1 − 0.975^{len(tested)} ="
+        f" {1 - (1 - ALPHA / 2) ** len(tested):.2f}; claims that share runs are"
+        " not, but the expected count stays the same. Holm's adjustment at"
+        f" family-wise {ALPHA * 100:.0f} % (the last column) keeps the chance that any"
+        f" of the {len(tested)} verdicts is a false “holds” or “does not hold”"
+        f" under {ALPHA * 100:.0f} %: it tests twice the smaller one-sided p (the"
+        " two-sided p), the i-th smallest of m against 0.05 / (m − i + 1). A"
+        f" comparison with a run that collapsed (final mean accuracy under"
+        f" {2 * CHANCE:.1f}, twice chance, in any seed) never holds: it reads"
+        f" “{COLLAPSED}”.",
+        "",
+        *table(
+            [
+                "claim",
+                "seed by seed (95 % interval)",
+                "p, one-sided (t test; sign test for an event)",
+                "verdict",
+                f"Holm verdict at family-wise {ALPHA * 100:.0f} %",
+            ],
+            [
+                [
+                    f"{c.paper}, {c.source}: {c.text}",
+                    c.shown(),
+                    _p(c.p_values()) if c.own else "—",
+                    c.verdict,
+                    holm.get(c.key, "—") if c.verdict != MEASURED else "—",
+                ]
+                for c in claims
+            ],
+        ),
+        "",
+    ]
+    return lines
+
+
+def _p(found: tuple[float, float] | None) -> str:
+    if found is None:
+        return "—"
+    return "< 0.001" if found[0] < 0.001 else f"{found[0]:.3f}"
+
+
 def write_page(
     outcomes: list[Outcome],
     command: str,
@@ -111,7 +204,7 @@ def write_page(
         " (scenarios `*-fmnist`, whose descriptions list what still departs)."
         " Numbers differ in scale; what should carry over is the ordering and the"
         " clustering behaviour. Where it does not, the section says so (each"
-        " such sentence is computed from the numbers above it).",
+        " such sentence is computed from the numbers above it). " + HOLDOUT,
         "",
     ]
     if seeds > 1:
@@ -121,7 +214,7 @@ def write_page(
             " decided from the interval of its difference taken seed by seed"
             " (holds: the whole interval is on the paper's side; does not hold:"
             " the whole interval is on the other; else cannot tell at this many"
-            " seeds).",
+            " seeds). Each dataset's part opens with every claim in one table.",
             "",
         ]
     took = (
@@ -134,7 +227,11 @@ def write_page(
     )
     lines += [took, ""]
     for dataset in datasets:
-        lines += [f"## Dataset: {dataset}", ""]
-        for section in sections:
-            lines += section(by_key, dataset, figures)
+        claims = Claims()
+        body = [
+            line
+            for section in sections
+            for line in section(by_key, dataset, figures, claims)
+        ]
+        lines += [f"## Dataset: {dataset}", "", *claims_summary(claims), *body]
     page.write_text("\n".join(lines) + "\n")
