@@ -66,7 +66,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -81,6 +80,7 @@ from ._aggregate import (
     weighted_mean,
 )
 from .base import ClientInfo, ClientUpdate, ServerState, Strategy, TaskPlan
+from .diagnostics import Diagnostics
 from .fedavg import sample_clients
 
 
@@ -96,6 +96,20 @@ class FeSEMState(ServerState):
 
     clustered_in: int | None = None
     moved: int = 0
+
+
+class FeSEMDiagnostics(Diagnostics):
+    """FeSEM's record, once its centers are seeded.
+
+    Attributes:
+        clustered_in: the round whose local models seeded the centers.
+        sizes: members per center (empty ones too), in id order.
+        moved: clients the last E-step moved to another center.
+    """
+
+    clustered_in: int
+    sizes: dict[ClusterId, int]
+    moved: int
 
 
 class FeSEM(Strategy[FeSEMState]):
@@ -191,19 +205,17 @@ class FeSEM(Strategy[FeSEMState]):
         models = {k: new_centers[i] for i, k in enumerate(ids)}
         return state.replace(models=models, assignment=assignment, moved=moved)
 
-    def diagnostics(self, state: FeSEMState) -> dict[str, Any]:
-        """Members per center and the clients the last E-step moved; {} before
-        the centers are seeded."""
+    def diagnostics(self, state: FeSEMState) -> FeSEMDiagnostics | None:
+        """Members per center and the clients the last E-step moved; None
+        before the centers are seeded."""
         if state.clustered_in is None:
-            return {}
+            return None
         sizes = dict.fromkeys(sorted(state.models), 0)
         for cluster in state.assignment.values():
             sizes[cluster] += 1
-        return {
-            "clustered_in": state.clustered_in,
-            "sizes": {str(k): n for k, n in sizes.items()},
-            "moved": state.moved,
-        }
+        return FeSEMDiagnostics(
+            clustered_in=state.clustered_in, sizes=sizes, moved=state.moved
+        )
 
     # -- the steps of a round -------------------------------------------------
 

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 from sklearn.cluster import AgglomerativeClustering
@@ -65,6 +65,7 @@ from clusterfed.types import ClientId, ClusterId
 
 from ._aggregate import average_per_cluster, counts_in_mean, weighted_mean
 from .base import ClientInfo, ClientUpdate, ServerState, Strategy, TaskPlan
+from .diagnostics import Diagnostics
 from .fedavg import sample_clients
 
 Metric = Literal["euclidean", "manhattan", "cosine"]
@@ -108,6 +109,23 @@ class FLHCState(ServerState):
     pending: frozenset[ClientId] = frozenset()
     anchors: Mapping[ClusterId, np.ndarray] = field(default_factory=dict)
     clustering: Clustering | None = None
+
+
+class FLHCDiagnostics(Diagnostics):
+    """FL+HC's record, from its clustering round on.
+
+    Attributes:
+        clustered_in: the round whose updates were clustered.
+        threshold: the distance threshold used, as a distance (None when cut
+            at a number of clusters).
+        sizes: members per cluster at clustering time, in id order.
+        pending: clients waiting to be placed now.
+    """
+
+    clustered_in: int
+    threshold: float | None
+    sizes: dict[ClusterId, int]
+    pending: int
 
 
 class FLHC(Strategy[FLHCState]):
@@ -252,18 +270,18 @@ class FLHC(Strategy[FLHCState]):
             state, [u for u in usable if u.client in state.pending]
         )
 
-    def diagnostics(self, state: FLHCState) -> dict[str, Any]:
-        """The clustering round, its threshold as a distance and its cluster
-        sizes, and how many clients wait to be placed; {} before it."""
+    def diagnostics(self, state: FLHCState) -> FLHCDiagnostics | None:
+        """The clustering round, its threshold as a distance, its cluster
+        sizes and how many clients wait to be placed; None before it."""
         done = state.clustering
         if done is None:
-            return {}
-        return {
-            "clustered_in": done.round,
-            "threshold": done.threshold,
-            "sizes": {str(k): n for k, n in sorted(done.sizes.items())},
-            "pending": len(state.pending),
-        }
+            return None
+        return FLHCDiagnostics(
+            clustered_in=done.round,
+            threshold=done.threshold,
+            sizes=dict(sorted(done.sizes.items())),
+            pending=len(state.pending),
+        )
 
     # -- the steps of a round -------------------------------------------------
 

@@ -14,6 +14,7 @@ import clusterfed
 from clusterfed.algorithms import ClientInfo, ClientUpdate, make
 from clusterfed.algorithms.fesem import (
     FeSEM,
+    FeSEMDiagnostics,
     FeSEMState,
     assign,
     kmeans,
@@ -190,6 +191,16 @@ def test_a_newcomer_trains_the_largest_center_until_its_update_places_it() -> No
     update = _ended_at(9, state.models[elsewhere], state.models[home], home)
     new = strategy.aggregate(state, 2, [update], _rng())
     assert new.assignment[ClientId(9)] == elsewhere
+
+
+def test_diagnostics_report_sizes_and_moves_once_seeded() -> None:
+    strategy = make("fesem", clusters=2)
+    assert strategy.diagnostics(_joined(strategy, 4)) is None
+    points, _ = _planted(groups=2, per_group=2)
+    state = _seeded(strategy, points)
+    found = strategy.diagnostics(state.replace(moved=1))
+    assert isinstance(found, FeSEMDiagnostics)
+    assert found.record() == {"clustered_in": 0, "sizes": {"0": 2, "1": 2}, "moved": 1}
 
 
 def test_the_seeds_come_from_the_servers_stream() -> None:

@@ -16,6 +16,7 @@ import clusterfed
 from clusterfed.algorithms import ClientInfo, ClientUpdate, make
 from clusterfed.algorithms.flhc import (
     FLHC,
+    FLHCDiagnostics,
     FLHCState,
     cluster_updates,
     nearest_anchor,
@@ -171,6 +172,23 @@ def test_fedavg_runs_inside_each_cluster_after_the_clustering() -> None:
     assert_allclose(new.models[ClusterId(0)], before[ClusterId(0)] + 2.0, rtol=1e-6)
     assert_array_equal(new.models[ClusterId(1)], before[ClusterId(1)])
     assert new.assignment == state.assignment
+
+
+def test_diagnostics_report_the_clustering_once_it_happened() -> None:
+    strategy = make("flhc", cluster_round=0, distance_threshold=1.5)
+    assert strategy.diagnostics(_joined(strategy, 3)) is None
+    deltas, _ = _planted(groups=3)
+    state, _ = _clustered(strategy, deltas)
+    state = strategy.on_join(state, ClientInfo(ClientId(40), 10, joined_round=1))
+    found = strategy.diagnostics(state)
+    assert isinstance(found, FLHCDiagnostics)
+    assert state.clustering is not None
+    assert found.record() == {
+        "clustered_in": 0,
+        "threshold": state.clustering.threshold,
+        "sizes": {"0": 4, "1": 4, "2": 4},
+        "pending": 1,
+    }
 
 
 # -- clients that join after the clustering, or miss it ------------------------
