@@ -16,7 +16,7 @@ from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-from reproduce import cafa, gradloss, ocfl  # noqa: E402
+from reproduce import cafa, dcfl, dcfl_fig5, gradloss, ocfl  # noqa: E402
 from reproduce.claims import (  # noqa: E402
     COLLAPSED,
     FAILS,
@@ -339,3 +339,36 @@ def test_cafa_table_iv_claim_is_on_the_page() -> None:
     assert verdicts["cafa-mix50:average:cafa-fedprox"] == FAILS
     assert verdicts["cafa-mix50:average:cafa-fedavg"] == HOLDS
     assert verdicts["cafa-mix50:cbcc"] == HOLDS
+
+
+def test_dcfl_table_i_rows_of_fig5_are_table_i_claims_counted_once() -> None:
+    by_key = {}
+    for key in ("dcfl-table1", "dcfl-table1-nodp", "dcfl-fig5-0"):
+        e = next(e for e in dcfl.EXPERIMENTS if e.key == key)
+        by_key[("digits", key)] = outcome(
+            e,
+            {
+                "dcfl": [0.9, 0.91, 0.92],
+                "cfl": [0.8, 0.8, 0.81],
+                "fedavg": [0.7, 0.72, 0.71],
+            },
+            {a: {"final_std_acc": 0.1} for a in ("dcfl", "cfl", "fedavg")},
+            {"cfl": [{"round": 0, "n_clusters": 1}]},
+        )
+    main = by_key[("digits", "dcfl-table1")]
+    nodp = by_key[("digits", "dcfl-table1-nodp")]
+    claims = Claims()
+    dcfl._verdict(main, claims, "Table I, with DP", dp=True)
+    dcfl._verdict(nodp, claims, "without DP", dp=False)
+    before = len(claims)
+    assert before == 9 + 6  # with DP: 3 pairs x 3; without: 2 pairs x 3
+    table = dcfl_fig5.fig5(by_key, "digits", claims, main, nodp)
+    assert len(claims) == before + 2  # only dcfl-fig5-0's two are new
+    sources = {c.key: c.source for c in claims}
+    assert sources["dcfl-table1:final_mean_acc:dcfl-fedavg"] == "Table I, with DP"
+    assert sources["dcfl-fig5-0:final_mean_acc:dcfl-cfl"].startswith("Fig. 5")
+    # Without DP the spread is our measurement; accuracy is Fig. 5's claim.
+    verdicts = {c.key: c.verdict for c in claims}
+    assert verdicts["dcfl-table1-nodp:final_std_acc:dcfl-fedavg"] == MEASURED
+    assert verdicts["dcfl-table1-nodp:final_mean_acc:dcfl-fedavg"] == HOLDS
+    assert sum(line.count(": holds |") for line in table) == 6  # 3 rows x 2

@@ -2,7 +2,9 @@
 
 One module per paper holds what is that paper's: its experiments, its own
 numbers quoted from it, and the section of the page with the verdict
-sentences. The shared modules run the experiments (runner), write the page
+sentences (DCFL's Fig. 5 in dcfl_fig5). The shared modules run the
+experiments (runner), keep them in the repository (records), make each
+verdict a claim that the page counts and adjusts (claims), write the page
 (page) and draw the figures (figures); cli puts them together in the order
 the page has always had.
 

@@ -9,21 +9,11 @@ from typing import Any
 
 from clusterfed.seeds import Interval
 
-from .claims import Claim, Claims, comparison
+from .claims import Claims, comparison
+from .dcfl_fig5 import NAMES, SETTINGS, fig5
 from .figures import client_accuracies, fig4
 from .page import CLAIMS, pm, provenance, table
 from .runner import ByKey, Experiment, Outcome, summary_value
-
-# The paper's Fig. 5 settings besides Table I's (joins, drift, DP) and its
-# no-DP twin, which --quick also runs.
-SETTINGS = {
-    "no joins, no drift, no DP": ("events=[]", "dp=off"),
-    "joins, no drift, DP": ('events=[{kind = "join", start = 10, every = 10}]',),
-    "no joins, drift, DP": (
-        'events=[{kind = "drift", start = 5, every = 10, target = "random",'
-        ' to_group = "other"}]',
-    ),
-}
 
 DISTANCES = ("divergence", "cosine", "euclidean")
 
@@ -183,7 +173,9 @@ def section(by_key: ByKey, dataset: str, figures: Path, claims: Claims) -> list[
         "",
         *table(TABLE1_HEADER, _table1_rows(TABLE1, nodp.statistics)),
         "",
-        *_verdict(nodp, claims, "Table I's setting without DP", dp=False),
+        *_verdict(
+            nodp, claims, "Table I's setting without DP (a Fig. 5 setting)", dp=False
+        ),
     ]
     lines += provenance(nodp)
     fig = fig4(nodp, figures / f"dcfl-fig4-nodp-{dataset}.png")
@@ -200,7 +192,7 @@ def section(by_key: ByKey, dataset: str, figures: Path, claims: Claims) -> list[
         " are its DP ones.",
         figures / f"dcfl-fig6-nodp-{dataset}.png",
     )
-    return lines + _fig5(by_key, dataset, claims, main, nodp)
+    return lines + fig5(by_key, dataset, claims, main, nodp)
 
 
 def _table2(
@@ -280,71 +272,6 @@ def _complete_verdict(
     return lines
 
 
-def _fig5(
-    by_key: ByKey, dataset: str, claims: Claims, main: Outcome, nodp: Outcome
-) -> list[str]:
-    settings = [
-        (label, by_key.get((dataset, f"dcfl-fig5-{i}")))
-        for i, label in enumerate(SETTINGS)
-    ]
-    ran = [(label, o) for label, o in settings if o is not None]
-    if not ran:
-        return []
-    found = ran + [
-        ("joins, drift, DP (Table I)", main),
-        ("joins, drift, no DP", nodp),
-    ]
-    others = [a for a in main.summaries if a != "dcfl"]
-    lines = [
-        "### DCFL: Fig. 5 settings — with and without new clients, drift and DP",
-        "",
-        "Final mean client accuracy (training average in brackets). The paper"
-        " plots these and states that DCFL always matches or beats the others."
-        " The last columns decide it seed by seed: DCFL's final accuracy minus"
-        " the other's (95 % interval); “holds” when DCFL is above, “does not"
-        " hold” when below, “cannot tell” when the interval spans 0 (which is"
-        " also what a match looks like). The rows of Table I's settings are"
-        " Table I's claims above, counted once.",
-        "",
-    ]
-    lines += table(
-        ["setting", *main.summaries, *(f"DCFL − {a}" for a in others)],
-        [
-            [
-                label,
-                *(_final_and_avg(o.summaries[a]) for a in o.summaries),
-                *(_above(claims.add(_final_above(o, a, label))) for a in others),
-            ]
-            for label, o in found
-        ],
-    )
-    lines += provenance(*(o for _, o in ran))  # Table I's are listed above
-    return lines
-
-
-def _final_above(o: Outcome, other: str, setting: str) -> Claim:
-    """DCFL's final mean accuracy above `other`'s in `o`'s setting (Fig. 5's
-    claim; keyed like Table I's, so that Table I's rows count once)."""
-    final = summary_value("final_mean_acc")
-    return comparison(
-        f"{o.experiment.key}:final_mean_acc:dcfl-{other}",
-        "DCFL",
-        f"Fig. 5, {setting}",
-        f"DCFL's final mean accuracy above {NAMES[other]}'s",
-        o.per_seed("dcfl", final),
-        o.per_seed(other, final),
-        runs=([(o, "dcfl")], [(o, other)]),
-    )
-
-
-def _above(claim: Claim) -> str:
-    return f"{claim.shown().removeprefix('Δ ')}: {claim.verdict}"
-
-
-def _final_and_avg(summary: dict[str, Any]) -> str:
-    return f"{summary['final_mean_acc']:.3f} ({summary['avg_mean_acc']:.3f})"
-
-
 def _clustering(by_key: ByKey, dataset: str) -> list[str]:
     """DCFL's final clustering against four planted rotations (dcfl-fmnist4;
     the digits' Table I scenario has them itself)."""
@@ -378,8 +305,6 @@ def _clustering(by_key: ByKey, dataset: str) -> list[str]:
     return [*lines, *provenance(*(o for _, o in present))]
 
 
-NAMES = {"dcfl": "DCFL", "cfl": "CFL", "fedavg": "FedAvg"}
-
 # (metric, words, sign): sign -1 where lower is the paper's side (the spread).
 TABLE1_CLAIMS = (
     ("final_mean_acc", "final mean accuracy above", 1),
@@ -406,6 +331,8 @@ def _verdict(main: Outcome, claims: Claims, source: str, *, dp: bool) -> list[st
             if sign < 0:
                 higher, lower = lower, higher
             claim = comparison(
+                # Keyed as dcfl_fig5's: its rows of Table I's settings are
+                # these claims, counted once.
                 f"{main.experiment.key}:{metric}:{method}-{other}",
                 "DCFL",
                 source,
