@@ -7,7 +7,7 @@ from collections.abc import Callable
 from clusterfed.actors.clock import DeviceProfile
 from clusterfed.protocol import TrainConfig
 
-from . import baselines, papers, papers_fmnist
+from . import baselines, benchmark, papers, papers_fmnist
 from .faults import Faulty
 from .partitions import DirichletPartition
 from .spec import DatasetSpec, ModelSpec, Scenario
@@ -95,4 +95,9 @@ BUILTIN: dict[str, Callable[[], Scenario]] = {
     "flhc-swap-fmnist": baselines.flhc_swap_fmnist,
     "fesem-rotated": baselines.fesem_rotated,
     "fesem-rotated-fmnist": baselines.fesem_rotated_fmnist,
+    # The clustered-FL benchmark's settings (bench/benchmark.py; Fashion-MNIST).
+    "bench-rotations-fmnist": benchmark.rotations,
+    "bench-label-groups-fmnist": benchmark.label_groups,
+    "bench-dirichlet-fmnist": benchmark.dirichlet,
+    "bench-drift-fmnist": benchmark.drift,
 }

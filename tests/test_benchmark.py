@@ -1,0 +1,130 @@
+"""The clustered-FL benchmark (issue 36): its four settings plant what they
+say, and its page marks a column's best only where the seeds separate it
+(bench/benchmark/page.py), on outcomes made here (no records, no runs)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clusterfed.data.datasets import available
+from clusterfed.scenarios import BUILTIN, plan_run
+from clusterfed.scenarios import benchmark as settings
+from clusterfed.scenarios.events import Drift
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import benchmark  # noqa: E402
+from benchmark import page  # noqa: E402
+from reproduce.runner import make_outcome  # noqa: E402
+
+
+def test_every_setting_is_a_built_in_scenario_with_the_same_budget() -> None:
+    made = [make() for make in settings.SETTINGS.values()]
+    assert {s.name for s in made} <= set(BUILTIN)
+    for s in made:
+        assert s.dataset.name == "fashion_mnist"
+        assert (s.clients, s.rounds, s.train) == (40, 40, settings.TRAIN)
+        assert s.train.epochs == 1 and s.model.params == {"hidden": [512, 128]}
+
+
+def test_the_drift_setting_swaps_labels_for_a_third_of_the_clients() -> None:
+    (drift,) = settings.drift().events
+    assert isinstance(drift, Drift) and drift.start == 20
+    assert len(drift.target) == 14  # type: ignore[arg-type]
+    assert sorted(drift.label_permutation or []) == list(range(10))
+    # a swap: every label moves, and moving twice brings it back
+    swap = drift.label_permutation or []
+    assert all(swap[y] != y and swap[swap[y]] == y for y in range(10))
+    assert settings.drift().algorithm_params["ifca"] == {"clusters": 2}
+
+
+@pytest.mark.skipif(
+    not available("fashion_mnist"), reason="dataset-fashion-mnist is not installed"
+)
+def test_the_planted_groups_are_there() -> None:
+    rotations = plan_run(settings.rotations())
+    assert len(set(rotations.groups.values())) == 4
+    grouped = plan_run(settings.label_groups())
+    labels = grouped.dataset.labels
+    for client in grouped.clients:
+        classes = set(labels[client.train].tolist())
+        assert classes <= set(settings.LABEL_GROUPS[client.group])
+    assert set(plan_run(settings.dirichlet()).groups.values()) == {0}
+
+
+def test_the_benchmark_names_what_it_lacks_and_runs_the_rest() -> None:
+    have = set(benchmark.available())
+    assert {"fedavg", "fedprox", "ifca", "flhc", "fesem"} <= have
+    assert set(benchmark.missing()) == set(benchmark.ALGORITHMS) - have
+    (quick,) = [e for e in benchmark.experiments() if e.quick_rounds is not None]
+    assert quick.key == benchmark.QUICK_SETTING
+    assert quick.algorithms == benchmark.available()
+
+
+def outcome(finals: dict[str, list[float]], walls: dict[str, list[float]]) -> Any:
+    """An outcome of the rotations setting where algorithm a ends seed s at
+    finals[a][s] and took walls[a][s] seconds."""
+    summaries = {
+        name: {
+            seed: {"final_mean_acc": acc, "wall_s": walls[name][seed]}
+            for seed, acc in enumerate(accs)
+        }
+        for name, accs in finals.items()
+    }
+    rows: dict[str, dict[int, list[dict[str, Any]]]] = {
+        name: {seed: [] for seed in range(len(accs))} for name, accs in finals.items()
+    }
+    experiment = benchmark.experiments()[0]
+    return make_outcome(
+        experiment, "fashion_mnist", 1.0, summaries, rows, Path("."), False
+    )
+
+
+FINAL = page.COLUMNS[0]
+WALL = next(c for c in page.COLUMNS if c.metric == "wall_s")
+
+
+def test_a_best_is_marked_only_where_the_seeds_separate_it() -> None:
+    walls = {"a": [1.0, 1.0, 1.0], "b": [2.0, 2.1, 1.9], "c": [5.0, 5.0, 5.0]}
+    # a beats b in every seed by 0.05 ± 0.01: separated
+    clear = outcome(
+        {"a": [0.80, 0.71, 0.62], "b": [0.75, 0.65, 0.58], "c": [0.1] * 3}, walls
+    )
+    assert page.best(clear, FINAL) == "a"
+    # a's mean is higher, but b wins one seed: not separated
+    close = outcome(
+        {"a": [0.80, 0.60, 0.70], "b": [0.70, 0.65, 0.69], "c": [0.1] * 3}, walls
+    )
+    assert page.best(close, FINAL) is None
+    # lower is better for time: a is fastest in every seed
+    assert page.best(clear, WALL) == "a"
+    # one seed: no interval, no best
+    one = outcome({"a": [0.9], "b": [0.1]}, {"a": [1.0], "b": [1.0]})
+    assert page.best(one, FINAL) is None
+
+
+def test_a_cell_says_how_many_seeds_have_a_value() -> None:
+    found = page.interval([0.5, 0.7])
+    assert page.cell(found, FINAL, 3, bold=False).endswith("[2/3]")
+    assert page.cell(page.interval([]), FINAL, 3, bold=False) == "n/a"
+    assert page.cell(page.interval([0.5, 0.5, 0.5]), FINAL, 3, bold=True) == (
+        "**0.500 ± 0.000**"
+    )
+
+
+def test_the_page_names_the_missing_algorithms(tmp_path: Path) -> None:
+    walls = {"a": [1.0, 1.0], "b": [2.0, 2.0]}
+    made = outcome({"a": [0.8, 0.7], "b": [0.6, 0.5]}, walls)
+    target = tmp_path / "BENCHMARK.md"
+    page.write_page(
+        [made], "python bench/benchmark.py", target, ("fedem",), tmp_path, False
+    )
+    text = target.read_text()
+    assert "Not in clusterfed yet, so not on this page: `fedem`." in text
+    # a beats b by 0.2 in both seeds: its final accuracy is the marked best
+    assert "| a | **0.750 ± 0.635** |" in text and "| b | 0.550 ± 0.635 |" in text
+    assert (tmp_path / "benchmark-rotations.png").stat().st_size > 0
