@@ -36,6 +36,15 @@ class Diagnostics(BaseModel):
     """Fields the record leaves out while they are None (CAFA's `cbcc` before
     any client described its data); any other None field is written as null."""
 
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        unknown = sorted(cls.omit_when_none - set(cls.model_fields))
+        if unknown:
+            raise TypeError(
+                f"{cls.__name__}.omit_when_none names no field of it: {unknown}"
+            )
+
     def record(self) -> dict[str, JsonValue]:
         """The fields as plain JSON values, in declaration order: the row's
         `strategy` in rounds.jsonl."""

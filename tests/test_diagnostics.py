@@ -126,6 +126,14 @@ def test_a_field_omitted_when_none_is_written_once_set_and_others_as_null() -> N
     assert found.record() == {"count": 1, "score": None, "by_cluster": {}, "maybe": 0}
 
 
+def test_omit_when_none_must_name_a_field() -> None:
+    with pytest.raises(TypeError, match=r"Typo.omit_when_none .*\['mabye'\]"):
+
+        class Typo(Diagnostics):
+            omit_when_none = frozenset({"mabye"})
+            maybe: int | None = None
+
+
 def test_a_non_finite_float_is_recorded_as_null() -> None:
     found = Sample(count=1, score=math.inf, by_cluster={ClusterId(0): math.nan})
     assert found.record() == {"count": 1, "score": None, "by_cluster": {"0": None}}
