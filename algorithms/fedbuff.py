@@ -3,39 +3,49 @@
 Nguyen, Malik, Zhan, Yousefpour, Rabbat, Malek, Huba, "Federated Learning with
 Buffered Asynchronous Aggregation", AISTATS 2022.
 
-Each arriving delta, weighted by a staleness function s(τ), is added to the
-buffer; when it holds K, the model moves by the server learning rate times
-their mean, and the buffer empties. It runs in asynchronous mode only
+Each arriving delta, weighted by a staleness function s(τ), is added to its
+cluster's buffer; when that buffer holds K, the cluster's model moves by the
+server learning rate times their mean, and the buffer empties. One model has
+one buffer, as in the paper; a cluster per model (a scenario that starts
+several) keeps each cluster's updates apart (`_buffers.py`), never applying
+one cluster's deltas to another's model. It runs in asynchronous mode only
 (`async_only`): its synchronous round would be FedAvg's.
+
+The staleness default is the paper's experiments': each update scaled by
+s(τ) = 1/√(1 + τ) (its Sec. 5, "polynomial" with a = 0.5 here, FLSim's
+`PolynomialStalenessWeight(exponent=0.5)`); "constant" gives the algorithm
+as its Algorithm 1 states it, without a discount.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._staleness import check_staleness, staleness_weight
+from clusterfed.types import ClusterId
+
+from ._buffers import Buffered, ClusterBuffer
 from .base import ClientUpdate, ServerState
 from .fedavg import FedAvg
 
 
 @dataclass(frozen=True)
 class FedBuffState(ServerState):
-    """The model and the buffer: the staleness-weighted sum of the deltas
-    that arrived since the last step (float64), and how many."""
+    """The model(s) and each one's buffer: the staleness-weighted sum of the
+    deltas that arrived since its last step (float64), and how many."""
 
-    buffer: np.ndarray | None = None
-    buffered: int = 0
+    buffers: Mapping[ClusterId, ClusterBuffer] = field(default_factory=dict)
 
 
-class FedBuff(FedAvg):
+class FedBuff(Buffered, FedAvg):
     """FedAvg with an asynchronous mode that steps every `buffer_size` updates.
 
     Args:
         buffer_size: K, the updates of one step.
-        staleness: "constant" (the paper's default), "polynomial" or "hinge"
-            (see FedAsync).
+        staleness: "polynomial" (default, with a = 0.5: 1/√(1 + τ), as the
+            paper's experiments), "constant" or "hinge" (see FedAsync).
         a, b: the staleness function's parameters.
         server_lr: η_g, the step on the buffer's mean.
         fraction: kept for FedAvg's signature; FedBuff has no synchronous
@@ -52,18 +62,20 @@ class FedBuff(FedAvg):
         self,
         *,
         buffer_size: int = 5,
-        staleness: str = "constant",
+        staleness: str = "polynomial",
         a: float = 0.5,
         b: int = 4,
         server_lr: float = 1.0,
         fraction: float = 1.0,
     ) -> None:
         super().__init__(fraction=fraction, server_lr=server_lr)
-        if buffer_size < 1:
-            raise ValueError(f"buffer_size must be >= 1, got {buffer_size}")
-        self.buffer_size = buffer_size
-        self.staleness = check_staleness(staleness, a, b)
-        self.a, self.b = a, b
+        self.init_buffering(
+            buffer_size=buffer_size,
+            staleness=staleness,
+            a=a,
+            b=b,
+            server_lr=server_lr,
+        )
 
     def absorb(  # type: ignore[override]
         self,
@@ -72,15 +84,11 @@ class FedBuff(FedAvg):
         staleness: int,
         rng: np.random.Generator,
     ) -> tuple[FedBuffState, bool]:
-        if not update.ok or update.delta is None:
+        if not update.ok or update.delta is None or update.cluster not in state.models:
             return state, False
-        weight = staleness_weight(self.staleness, staleness, a=self.a, b=self.b)
-        step = update.delta.astype(np.float64) * weight
-        buffer = step if state.buffer is None else state.buffer + step
-        count = state.buffered + 1
-        if count < self.buffer_size:
-            return state.replace(buffer=buffer, buffered=count), False
-        current = state.models[update.cluster].astype(np.float64)
-        new = (current + self.server_lr * buffer / count).astype(np.float32)
-        models = {**state.models, update.cluster: new}
-        return state.replace(models=models, buffer=None, buffered=0), True
+        # Every update weighs 1: the buffer's step is the plain mean of its
+        # discounted deltas (Algorithm 1), whatever the sample counts.
+        models, buffers, moved = self.buffering.fold(
+            state.models, state.buffers, update, staleness
+        )
+        return state.replace(models=models, buffers=buffers), moved

@@ -52,7 +52,7 @@ def test_fedasync_mixes_each_update_by_its_staleness() -> None:
 
 
 def test_fedbuff_steps_once_every_k_updates() -> None:
-    strategy = make("fedbuff", buffer_size=3, server_lr=0.5)
+    strategy = make("fedbuff", buffer_size=3, server_lr=0.5, staleness="constant")
     x = np.zeros(2, np.float32)
     state = strategy.init_state([x])
     deltas = [np.array(d, np.float32) for d in ([3, 0], [0, 3], [3, 3])]
@@ -63,7 +63,30 @@ def test_fedbuff_steps_once_every_k_updates() -> None:
         steps.append(advanced)
     assert steps == [False, False, True]
     assert_allclose(state.models[0], 0.5 * np.array([2.0, 2.0]), rtol=1e-6)
-    assert state.buffer is None and state.buffered == 0
+    assert state.buffers == {}
+
+
+def test_fedbuff_keeps_a_buffer_per_cluster_and_steps_each_at_k() -> None:
+    # Two models (a subclass that clusters): an update moves only its own
+    # cluster, after K of that cluster's updates, never the other's.
+    strategy = make("fedbuff", buffer_size=2, staleness="constant")
+    zero = np.zeros(2, np.float32)
+    state = strategy.state_type(
+        models={ClusterId(0): zero, ClusterId(1): zero + 10}, assignment={}
+    )
+    rng = np.random.default_rng(0)
+    moves = []
+    for cluster, delta in ((0, [2, 0]), (1, [0, 4]), (0, [4, 0]), (1, [0, 8])):
+        update = dataclasses.replace(
+            _update(state.models[ClusterId(cluster)], np.array(delta, np.float32)),
+            cluster=ClusterId(cluster),
+        )
+        state, advanced = strategy.absorb(state, update, 0, rng)
+        moves.append(advanced)
+    assert moves == [False, False, True, True]
+    assert_allclose(state.models[ClusterId(0)], [3.0, 0.0])
+    assert_allclose(state.models[ClusterId(1)], [10.0, 16.0])
+    assert state.buffers == {}
 
 
 def test_a_strategy_without_an_async_mode_is_refused() -> None:
@@ -198,7 +221,8 @@ def test_fedasync_alpha_is_checked_at_its_edges() -> None:
 def test_fedbuff_buffer_size_is_checked_and_one_steps_every_update() -> None:
     for bad in (0, -2):
         with pytest.raises(
-            ValueError, match=rf"^fedbuff: buffer_size must be >= 1, got {bad}$"
+            ValueError,
+            match=rf"^fedbuff: buffer_size must be an integer >= 1, got {bad}$",
         ):
             make("fedbuff", buffer_size=bad)
     strategy = make("fedbuff", buffer_size=1)
@@ -208,7 +232,7 @@ def test_fedbuff_buffer_size_is_checked_and_one_steps_every_update() -> None:
         state, _update(delta * 0, delta), 7, np.random.default_rng(0)
     )
     assert advanced
-    assert_allclose(state.models[0], delta)
+    assert_allclose(state.models[0], delta / np.sqrt(8), rtol=1e-6)  # s(7)
 
 
 def _step_of(strategy, state, deltas, staleness):  # type: ignore[no-untyped-def]
@@ -222,13 +246,17 @@ def _step_of(strategy, state, deltas, staleness):  # type: ignore[no-untyped-def
     return state, moves
 
 
-def test_fedbuff_defaults_step_every_five_updates_without_discount() -> None:
-    # the paper's defaults: K = 5, constant staleness, η_g = 1
+def test_fedbuff_defaults_step_every_five_updates_discounted_as_the_paper() -> None:
+    # the paper's experiments: K = 5, each update scaled by 1/sqrt(1 + tau), η_g = 1
     strategy = make("fedbuff")
     state = strategy.init_state([np.zeros(2, np.float32)])
     deltas = [[5, 0], [0, 5], [5, 5], [0, 0], [-5, 0]]
     state, moves = _step_of(strategy, state, deltas, 9)
     assert moves == [False] * 4 + [True]
+    assert_allclose(state.models[0], np.array([1.0, 2.0]) / np.sqrt(10), rtol=1e-6)
+    # "constant": Algorithm 1 without a discount
+    plain = make("fedbuff", staleness="constant")
+    state, _ = _step_of(plain, plain.init_state([np.zeros(2, np.float32)]), deltas, 9)
     assert_allclose(state.models[0], [1.0, 2.0])
 
 
