@@ -42,8 +42,25 @@ from .robust import MEAN, Krum, Mean, Median, NormClip, TrimmedMean
 if TYPE_CHECKING:  # _aggregate imports this module
     from ._aggregate import ClusterSums
 
-Want = Literal["class_histogram"]
-"""A data description a strategy may ask clients for (see `Strategy.wants`)."""
+Want = Literal["class_histogram", "data_subspace"]
+"""A data description a strategy may ask clients for (see `Strategy.wants`):
+CAFA's class histogram, or PACFL's data subspace (the first left singular
+vectors of the client's flattened training data)."""
+
+
+@dataclass(frozen=True)
+class SubspaceRequest:
+    """What a client computes for a "data_subspace" description.
+
+    Attributes:
+        n_basis: p, the left singular vectors sent (per class with
+            `per_class`).
+        per_class: one SVD per class the client holds, the blocks stacked;
+            False: one SVD of all its training data.
+    """
+
+    n_basis: int = 3
+    per_class: bool = True
 
 
 @dataclass(frozen=True)
@@ -194,7 +211,8 @@ class Strategy(ABC, Generic[S]):
     wants: ClassVar[tuple[Want, ...]] = ()
     """Data descriptions the server asks every client for, once, before the
     client's first round; the answers reach `on_describe`. Empty: clients
-    send nothing about their data."""
+    send nothing about their data. At most one (TypeError at class creation
+    otherwise): `on_describe` gets one kind."""
     aggregator: Mean | Median | TrimmedMean | Krum | NormClip = MEAN
     """How each cluster folds its members' updates into one step
     (`robust.py`): the scenario's `aggregator`, set where the strategy is
@@ -248,6 +266,11 @@ class Strategy(ABC, Generic[S]):
             "aggregate" in body or "honours_aggregator" not in vars(writer)
         ):
             cls.honours_aggregator = False
+        if len(cls.wants) > 1:
+            raise TypeError(
+                f"{cls.__qualname__} wants {cls.wants}: a strategy asks for one"
+                " description at most"
+            )
         if cls.async_only and not cls.supports_async:
             raise TypeError(
                 f"{cls.__qualname__} declares async_only = True without"
@@ -363,10 +386,18 @@ class Strategy(ABC, Generic[S]):
         histograms: Mapping[ClientId, np.ndarray],
         rng: np.random.Generator,
     ) -> S:
-        """Clients described their data (only if `wants` asks): the class
-        histograms (training samples per class, int64) of the clients that
-        answered at the start of `round`, in client order."""
+        """Clients described their data (only if `wants` asks): what the
+        clients that answered at the start of `round` sent, in client order,
+        of the kind `wants` names: class histograms (training samples per
+        class, int64) or data subspaces (float32 d × k, unit columns; see
+        `subspace`)."""
         return state
+
+    @property
+    def subspace(self) -> SubspaceRequest:
+        """For a strategy that wants "data_subspace": what each client
+        computes and sends (read by the server when it asks)."""
+        return SubspaceRequest()
 
     def plan_probes(
         self,

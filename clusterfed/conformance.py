@@ -50,6 +50,7 @@ from clusterfed.types import ClientId
 
 DIM = 12
 N_CLASSES = 10
+FEATURES = 8  # the input size of a data subspace
 
 
 def _initial_models(strategy: Strategy[Any]) -> list[np.ndarray]:
@@ -94,6 +95,23 @@ def _histograms(clients: Sequence[ClientInfo]) -> dict[ClientId, np.ndarray]:
         np.array([0, 0, 0, 0, 0, 0, 0, 15, 15, 12]),
     ]
     return {c.id: kinds[i % 3].astype(np.int64) for i, c in enumerate(clients)}
+
+
+def _subspaces(clients: Sequence[ClientInfo]) -> dict[ClientId, np.ndarray]:
+    """Data subspaces (float32, FEATURES × 2, orthonormal) of three kinds of
+    client: the same plane for the first two kinds, another for the third."""
+    eye = np.eye(FEATURES, dtype=np.float32)
+    kinds = [eye[:, :2], eye[:, [1, 0]], eye[:, 4:6]]
+    return {c.id: kinds[i % 3].copy() for i, c in enumerate(clients)}
+
+
+def _descriptions(
+    strategy: Strategy[Any], clients: Sequence[ClientInfo]
+) -> dict[ClientId, np.ndarray]:
+    """What the clients send for the description `strategy` wants."""
+    if strategy.wants == ("data_subspace",):
+        return _subspaces(clients)
+    return _histograms(clients)
 
 
 def _frozen_copy(value: Any) -> Any:
@@ -190,7 +208,7 @@ def no_hook_mutates_its_inputs(name: str) -> None:
         return _frozen_copy(args)
 
     if strategy.wants:
-        histograms = _histograms(clients)
+        histograms = _descriptions(strategy, clients)
         before = unchanged(state, histograms)
         described = strategy.on_describe(state, 0, histograms, rng)
         assert unchanged(state, histograms) == before
@@ -272,7 +290,7 @@ def accepted_updates_move_the_models(name: str) -> None:
     # Two rounds: a clustering strategy may spend its first one deciding.
     strategy, state, clients, rng = _joined(name)
     if strategy.wants:
-        state = strategy.on_describe(state, 0, _histograms(clients), rng)
+        state = strategy.on_describe(state, 0, _descriptions(strategy, clients), rng)
     before = {k: v.copy() for k, v in state.models.items()}
     for round in range(2):
         plans = strategy.plan_round(state, round, clients, rng)
@@ -286,7 +304,7 @@ def accepted_updates_move_the_models(name: str) -> None:
     # ... and by the updates: with every delta zero, no model moves at all.
     strategy, state, clients, rng = _joined(name)
     if strategy.wants:
-        state = strategy.on_describe(state, 0, _histograms(clients), rng)
+        state = strategy.on_describe(state, 0, _descriptions(strategy, clients), rng)
     plans = strategy.plan_round(state, 0, clients, rng)
     still = [replace(u, delta=np.zeros(DIM, np.float32)) for u in _updates(plans)]
     new = strategy.aggregate(state, 0, still, rng)
@@ -346,7 +364,7 @@ def folding_equals_aggregate(name: str) -> None:
         return
     if strategy.wants:
         state = strategy.on_describe(
-            state, 0, _histograms(clients), np.random.default_rng(3)
+            state, 0, _descriptions(strategy, clients), np.random.default_rng(3)
         )
     plan_rng = np.random.default_rng(5)
     for round in range(3):
@@ -382,7 +400,7 @@ def diagnostics_are_typed_and_recorded_as_json(name: str) -> None:
     the record writes as null, must be None already."""
     strategy, state, clients, rng = _joined(name, seed=3)
     if strategy.wants:
-        state = strategy.on_describe(state, 0, _histograms(clients), rng)
+        state = strategy.on_describe(state, 0, _descriptions(strategy, clients), rng)
     for round in range(4):
         try:
             found = as_diagnostics(strategy.diagnostics(state), name)
