@@ -34,6 +34,11 @@ DP_SAMPLING_KEY = 2  # the Poisson sampling stream of a private round
 DP_NOISE_KEY = 3  # the Gaussian noise stream of a private round
 
 
+Anchor = tuple[np.ndarray, float]
+"""A proximal anchor: a flat model the local weights are pulled toward, and
+the coefficient of that pull (FedSoft's λ·u_s toward center s)."""
+
+
 @dataclass(frozen=True)
 class TrainResult:
     delta: np.ndarray
@@ -41,6 +46,8 @@ class TrainResult:
     n_samples: int
     samples_seen: int
     epsilon: float | None = None  # privacy spent so far, with DP
+    # The client's weight for each model of the task (FedSoft), in task order.
+    importance: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -129,17 +136,25 @@ class LocalTrainer:
         return len(self.y_test)
 
     def train(
-        self, weights: np.ndarray, config: TrainConfig, round: int
+        self,
+        weights: np.ndarray,
+        config: TrainConfig,
+        round: int,
+        anchors: Sequence[Anchor] = (),
     ) -> TrainResult:
         """Train from `weights` for `config.epochs` epochs; return the delta.
+
+        The loss is the batch's cross-entropy plus the proximal terms: FedProx's
+        μ/2·‖w − weights‖² (`config.mu`) and c/2·‖w − a‖² for each
+        `(a, c)` of `anchors` (FedSoft's pull toward every center).
 
         Raises:
             PrivacyBudgetError: with DP, when this task would spend more than
                 the client's budget (nothing is trained then).
         """
         if self.privacy is not None:
-            return self._train_private(weights, config, round, self.privacy)
-        params, start, optimizer = self._start_round(weights, config)
+            return self._train_private(weights, config, round, self.privacy, anchors)
+        params, pulls, optimizer = self._start_round(weights, config, anchors)
         generator = torch.Generator().manual_seed(derive_seed(self.seed, round))
         n = self.n_train
         total_loss, seen = 0.0, 0
@@ -156,32 +171,43 @@ class LocalTrainer:
                 # What Tensor.backward calls, but annotated: strict typing
                 # refuses the untyped method.
                 torch.autograd.backward(loss)
-                if start is not None:
-                    # FedProx's μ/2·‖w − w₀‖² enters as its gradient μ(w − w₀),
-                    # as in the DP path: outside autograd's graph it is one
-                    # fused update per parameter instead of a squared distance
-                    # over every weight and its backward pass each step.
-                    _add_proximal_gradient(params, start, config.mu)
+                # FedProx's μ/2·‖w − w₀‖² enters as its gradient μ(w − w₀),
+                # as in the DP path: outside autograd's graph it is one
+                # fused update per parameter instead of a squared distance
+                # over every weight and its backward pass each step. So
+                # does each anchor's c/2·‖w − a‖², after it.
+                for anchor, coefficient in pulls:
+                    _add_proximal_gradient(params, anchor, coefficient)
                 optimizer.step()
         delta = get_flat(self.model) - weights
         return TrainResult(delta, total_loss / seen, n, seen)
 
     def _start_round(
-        self, weights: np.ndarray, config: TrainConfig
-    ) -> tuple[list[nn.Parameter], list[torch.Tensor] | None, torch.optim.SGD]:
-        """Load `weights`; the parameters, the proximal anchor (FedProx, else
-        None) and a fresh optimizer: momentum starts at zero every round."""
+        self, weights: np.ndarray, config: TrainConfig, anchors: Sequence[Anchor]
+    ) -> tuple[list[nn.Parameter], list[_Pull], torch.optim.SGD]:
+        """Load `weights`; the parameters, the proximal pulls (FedProx's toward
+        `weights` first, then `anchors`', each with a positive coefficient)
+        and a fresh optimizer: momentum starts at zero every round."""
         set_flat(self.model, weights)
         self.model.train()
         params = list(self.model.parameters())
-        start = [p.detach().clone() for p in params] if config.mu > 0 else None
+        pulls: list[_Pull] = []
+        if config.mu > 0:
+            pulls.append(([p.detach().clone() for p in params], config.mu))
+        for anchor, coefficient in anchors:
+            if not (coefficient >= 0 and np.isfinite(coefficient)):
+                raise ValueError(
+                    f"a proximal coefficient must be finite and >= 0, got {coefficient}"
+                )
+            if coefficient > 0:
+                pulls.append((_like(params, anchor), float(coefficient)))
         optimizer = torch.optim.SGD(
             params,
             lr=config.lr,
             momentum=config.momentum,
             weight_decay=config.weight_decay,
         )
-        return params, start, optimizer
+        return params, pulls, optimizer
 
     def check_budget(self, config: TrainConfig) -> float | None:
         """The ε spent after a task with `config`; None without DP.
@@ -200,6 +226,7 @@ class LocalTrainer:
         config: TrainConfig,
         round: int,
         privacy: PrivateTraining,
+        anchors: Sequence[Anchor] = (),
     ) -> TrainResult:
         """DP-SGD through Opacus: Poisson batches, clipped per-sample
         gradients, Gaussian noise, every step counted by the accountant.
@@ -218,7 +245,7 @@ class LocalTrainer:
         evaluation or the identity probes.
         """
         self.check_budget(config)
-        params, start, optimizer = self._start_round(weights, config)
+        params, pulls, optimizer = self._start_round(weights, config, anchors)
         loader = DataLoader(
             self._train_set,
             batch_size=config.batch_size,
@@ -255,8 +282,8 @@ class LocalTrainer:
                         # Clip, add noise, count the step; then the proximal
                         # term, which reads no data, joins the noisy gradient.
                         if dp_optimizer.pre_step():
-                            if start is not None:
-                                _add_proximal_gradient(params, start, config.mu)
+                            for anchor, coefficient in pulls:
+                                _add_proximal_gradient(params, anchor, coefficient)
                             dp_optimizer.original_optimizer.step()
         finally:
             module.to_standard_module()  # removes the hooks, keeps the weights
@@ -272,6 +299,16 @@ class LocalTrainer:
         set_flat(self.model, weights)
         self.model.eval()
         return F.cross_entropy(self.model(self.x_train), self.y_train).item()
+
+    @torch.no_grad()
+    def sample_losses(self, weights: np.ndarray) -> np.ndarray:
+        """The loss of `weights` on each training sample (float64), in order."""
+        set_flat(self.model, weights)
+        self.model.eval()
+        losses = F.cross_entropy(
+            self.model(self.x_train), self.y_train, reduction="none"
+        )
+        return losses.numpy().astype(np.float64)
 
     def batch_loss_and_gradient(
         self, weights: np.ndarray, batch_size: int, round: int
@@ -302,6 +339,24 @@ class LocalTrainer:
         loss = F.cross_entropy(logits, self.y_test).item()
         correct = (logits.argmax(dim=1) == self.y_test).sum().item()
         return EvalResult(correct / self.n_test, loss, self.n_test)
+
+
+_Pull = tuple[list[torch.Tensor], float]
+"""An anchor as the parameters' shapes, and its coefficient."""
+
+
+def _like(params: Sequence[torch.Tensor], flat: np.ndarray) -> list[torch.Tensor]:
+    """`flat` (in `get_flat`'s layout) cut into tensors shaped as `params`."""
+    expected = sum(p.numel() for p in params)
+    if flat.shape != (expected,):
+        raise ValueError(f"an anchor of shape {flat.shape}, the model has {expected}")
+    # Decoded tensors are read-only views of the message bytes.
+    source = torch.from_numpy(np.array(flat, dtype=np.float32))
+    pieces, offset = [], 0
+    for p in params:
+        pieces.append(source[offset : offset + p.numel()].view_as(p))
+        offset += p.numel()
+    return pieces
 
 
 def _add_proximal_gradient(
