@@ -1,0 +1,392 @@
+"""PACFL: principal angles between the clients' data subspaces, one
+hierarchical clustering of them, FedAvg per cluster. The angles checked
+against scipy.linalg.subspace_angles, the clustering against scikit-learn and
+the authors' merge loop, planted label groups clustered as planted."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose, assert_array_equal
+from scipy.linalg import subspace_angles
+from sklearn.cluster import AgglomerativeClustering
+from sklearn.datasets import load_digits
+
+from clusterfed.algorithms import ClientInfo, ClientUpdate, make
+from clusterfed.algorithms._subspace import (
+    basis_angle,
+    cluster,
+    orthonormal,
+    proximity,
+    renumber,
+    smallest_angle,
+)
+from clusterfed.algorithms.pacfl import PACFL, PACFLDiagnostics, PACFLState
+from clusterfed.conformance import CHECKS, Check
+from clusterfed.types import ClientId, ClusterId
+
+DIM = 6  # model size
+D = 12  # input size of the subspaces
+
+
+def _rng() -> np.random.Generator:
+    return np.random.default_rng(0)
+
+
+def _basis(columns: list[int], tilt: float = 0.0, seed: int = 0) -> np.ndarray:
+    """Unit columns along coordinate axes of R^D, tilted by `tilt` radians
+    towards a random direction."""
+    rng = np.random.default_rng(seed)
+    basis = np.eye(D)[:, columns]
+    basis = np.cos(tilt) * basis + np.sin(tilt) * rng.standard_normal(basis.shape)
+    return (basis / np.linalg.norm(basis, axis=0)).astype(np.float32)
+
+
+def _joined(strategy: PACFL, n: int) -> PACFLState:
+    state = strategy.init_state([np.zeros(DIM, dtype=np.float32)])
+    for i in range(n):
+        state = strategy.on_join(state, ClientInfo(ClientId(i), n_train=10 + i))
+    return state
+
+
+def _update(
+    client: int, cluster: int, delta: list[float], base: np.ndarray, n: int = 10
+) -> ClientUpdate:
+    return ClientUpdate(
+        ClientId(client),
+        ClusterId(cluster),
+        "ok",
+        base,
+        np.array(delta, dtype=np.float32),
+        n,
+        1.0,
+    )
+
+
+# Three planted groups of two clients each: planes (0, 1), (4, 5), (8, 9).
+PLANTED = {
+    ClientId(0): _basis([0, 1]),
+    ClientId(1): _basis([0, 1], tilt=0.01, seed=1),
+    ClientId(2): _basis([4, 5]),
+    ClientId(3): _basis([8, 9], tilt=0.02, seed=2),
+    ClientId(4): _basis([5, 4], tilt=0.01, seed=3),
+    ClientId(5): _basis([9, 8]),
+}
+
+
+# -- the angles ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize(("ka", "kb"), [(1, 1), (2, 3), (4, 2), (6, 6)])
+def test_the_smallest_angle_equals_scipys_subspace_angles(
+    seed: int, ka: int, kb: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((D, ka))
+    # A subspace near a's (sharing a's first column up to 1e-4) and a random one.
+    near = np.hstack([a[:, :1] + 1e-4 * rng.standard_normal((D, 1)), a[:, 1:kb]])
+    near = np.hstack([near, rng.standard_normal((D, kb - near.shape[1]))])
+    for b in (near, rng.standard_normal((D, kb))):
+        ours = smallest_angle(orthonormal(a), orthonormal(b))
+        theirs = np.degrees(subspace_angles(a, b).min())
+        assert_allclose(ours, theirs, rtol=1e-7, atol=1e-9)
+
+
+def test_stacked_blocks_span_what_scipy_spans() -> None:
+    """Per-class blocks are not orthogonal to each other, and may be more
+    columns than dimensions: the angle is between their spans."""
+    rng = np.random.default_rng(1)
+    blocks = [np.linalg.qr(rng.standard_normal((D, 3)))[0] for _ in range(5)]
+    wide, other = np.hstack(blocks), np.hstack(blocks[:2])  # 15 > D columns
+    assert orthonormal(wide).shape == (D, D)
+    assert smallest_angle(orthonormal(wide), orthonormal(other)) == pytest.approx(0)
+    third = rng.standard_normal((D, 2))
+    assert smallest_angle(orthonormal(other), orthonormal(third)) == pytest.approx(
+        np.degrees(subspace_angles(other, third).min()), rel=1e-7
+    )
+
+
+def test_the_proximity_matrix_holds_every_pair_of_angles() -> None:
+    bases = list(PLANTED.values())
+    matrix = proximity(bases, "smallest")
+    assert_array_equal(matrix, matrix.T)
+    assert_array_equal(np.diag(matrix), 0)
+    for i, a in enumerate(bases):
+        for j, b in enumerate(bases):
+            if i != j:
+                angles = subspace_angles(a.astype(np.float64), b.astype(np.float64))
+                assert matrix[i, j] == pytest.approx(np.degrees(angles.min()))
+    assert matrix[0, 1] < 2 and matrix[0, 2] == pytest.approx(90)
+
+
+def test_the_basis_measure_is_the_authors_elementwise_arccos() -> None:
+    """min over column pairs of arccos(u·w) with the signs as sent: an upper
+    bound on the smallest principal angle that a sign flip changes."""
+    rng = np.random.default_rng(2)
+    a = np.linalg.qr(rng.standard_normal((D, 3)))[0]
+    b = np.linalg.qr(rng.standard_normal((D, 3)))[0]
+    expected = np.degrees(np.arccos(np.clip(a.T @ b, -1, 1)).min())
+    assert basis_angle(a, b) == pytest.approx(expected)
+    assert basis_angle(a, b) >= smallest_angle(a, b) - 1e-9
+    assert basis_angle(a, a) == pytest.approx(0, abs=1e-5)
+    assert basis_angle(a[:, :1], -a[:, :1]) == pytest.approx(180)
+    assert smallest_angle(a[:, :1], -a[:, :1]) == pytest.approx(0, abs=1e-6)
+
+
+# -- the clustering -----------------------------------------------------------
+
+
+def _authors_merge(matrix: np.ndarray, threshold: float, rule: str) -> np.ndarray:
+    """The authors' `hierarchical_clustering` (MMorafah/PACFL,
+    src/clustering/hierarchical_clustering.py) restated: merge the closest
+    pair of rows while it is at most `threshold` apart, the merged row the
+    maximum, minimum or mean of the two. Labels in order of first member."""
+    a = matrix.astype(np.float64).copy()
+    groups = [[i] for i in range(len(a))]
+    while len(a) > 1:
+        np.fill_diagonal(a, np.inf)
+        i, j = np.unravel_index(np.argmin(a), a.shape)
+        if a[i, j] > threshold:
+            break
+        merged = {"maximum": np.maximum, "minimum": np.minimum}.get(
+            rule, lambda x, y: (x + y) / 2
+        )(a[:, i], a[:, j])
+        a[:, i] = a[i, :] = merged
+        a = np.delete(np.delete(a, j, axis=0), j, axis=1)
+        groups[i] = groups[i] + groups.pop(j)
+    labels = np.empty(len(matrix), dtype=np.int64)
+    for k, members in enumerate(groups):
+        labels[members] = k
+    return renumber(labels)
+
+
+def _thresholds(matrix: np.ndarray) -> list[float]:
+    """Three cuts, each halfway between two distinct entries (a cut at an
+    entry is a tie: scikit-learn merges below it, scipy and the authors at it)."""
+    values = np.unique(matrix[matrix > 0])
+    picks = (int(len(values) * q) for q in (0.1, 0.3, 0.6))
+    return [float(values[i] + values[i + 1]) / 2 for i in picks]
+
+
+def _random_proximity(n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((4, 5)) * 3
+    points = centres[rng.integers(0, 4, n)] + rng.standard_normal((n, 5))
+    return np.linalg.norm(points[:, None] - points[None], axis=-1) * 5
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize(
+    ("method", "rule"),
+    [("weighted", "mean"), ("complete", "maximum"), ("single", "minimum")],
+)
+def test_the_cut_equals_the_authors_merge_loop(
+    seed: int, method: str, rule: str
+) -> None:
+    matrix = _random_proximity(14, seed)
+    for threshold in _thresholds(matrix):
+        ours = cluster(matrix, threshold, method)  # type: ignore[arg-type]
+        assert_array_equal(ours, _authors_merge(matrix, threshold, rule))
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("method", ["average", "complete", "single"])
+def test_the_cut_equals_scikit_learns_agglomerative_clustering(
+    seed: int, method: str
+) -> None:
+    matrix = _random_proximity(14, seed)
+    for threshold in _thresholds(matrix):
+        theirs = AgglomerativeClustering(
+            n_clusters=None,
+            metric="precomputed",
+            linkage=method,
+            distance_threshold=threshold,
+        ).fit_predict(matrix)
+        ours = cluster(matrix, threshold, method)  # type: ignore[arg-type]
+        assert_array_equal(ours, renumber(np.asarray(theirs)))
+
+
+def test_one_client_is_one_cluster() -> None:
+    assert_array_equal(cluster(np.zeros((1, 1)), 5.0, "weighted"), [0])
+
+
+# -- the strategy, by hand -----------------------------------------------------
+
+
+def _clustered(strategy: PACFL | None = None) -> tuple[PACFL, PACFLState]:
+    strategy = strategy or PACFL(threshold=10.0)
+    state = strategy.on_describe(_joined(strategy, 6), 0, PLANTED, _rng())
+    return strategy, state
+
+
+def test_fedavg_trains_everyone_before_any_client_is_described() -> None:
+    strategy = PACFL()
+    state = _joined(strategy, 3)
+    plans = strategy.plan_round(
+        state, 0, [ClientInfo(ClientId(i), 10) for i in range(3)], _rng()
+    )
+    assert [p.client for p in plans] == [0, 1, 2]
+    base = state.models[ClusterId(0)]
+    updates = [_update(i, 0, [float(i)] * DIM, base, n=10 * (i + 1)) for i in range(3)]
+    new = strategy.aggregate(state, 0, updates, _rng())
+    assert_allclose(new.models[ClusterId(0)], (0 * 10 + 1 * 20 + 2 * 30) / 60)
+    assert strategy.diagnostics(new) is None
+
+
+def test_the_first_descriptions_are_clustered_as_planted() -> None:
+    strategy, state = _clustered()
+    assert state.assignment == {0: 0, 1: 0, 2: 1, 3: 2, 4: 1, 5: 2}
+    assert state.clustered_in == 0 and state.pending == frozenset()
+    start = np.zeros(DIM, dtype=np.float32)
+    for model in state.models.values():
+        assert_array_equal(model, start)
+    assert strategy.diagnostics(state) == PACFLDiagnostics(
+        clustered_in=0, sizes={0: 2, 1: 2, 2: 2}, pending=0, placed=0
+    )
+
+
+def test_a_threshold_above_every_angle_keeps_one_cluster() -> None:
+    _, state = _clustered(PACFL(threshold=95.0))
+    assert set(state.assignment.values()) == {0}
+
+
+def test_fedavg_runs_inside_each_cluster() -> None:
+    strategy, state = _clustered()
+    base = state.models[ClusterId(0)]
+    updates = [
+        _update(0, 0, [1.0] * DIM, base, n=10),
+        _update(1, 0, [4.0] * DIM, base, n=30),
+        _update(2, 1, [-2.0] * DIM, base, n=5),
+    ]
+    new = strategy.aggregate(state, 1, updates, _rng())
+    assert_allclose(new.models[ClusterId(0)], (1 * 10 + 4 * 30) / 40)
+    assert_allclose(new.models[ClusterId(1)], -2.0)
+    assert_array_equal(new.models[ClusterId(2)], base)  # nobody reported
+    assert state.models[ClusterId(0)] is base  # the input is untouched
+
+
+def test_a_fraction_samples_the_placed_clients() -> None:
+    strategy, state = _clustered(PACFL(threshold=10.0, fraction=0.5))
+    clients = [ClientInfo(ClientId(i), 10) for i in range(6)]
+    plans = strategy.plan_round(state, 1, clients, _rng())
+    assert len(plans) == 3
+    for plan in plans:
+        assert list(plan.models) == [state.assignment[plan.client]]
+
+
+def test_a_client_not_described_waits_and_does_not_train() -> None:
+    strategy = PACFL(threshold=10.0)
+    state = _joined(strategy, 7)
+    state = strategy.on_describe(state, 0, PLANTED, _rng())  # client 6 failed
+    assert state.pending == {6}
+    assert state.assignment[ClientId(6)] == state.largest_cluster()
+    clients = [ClientInfo(ClientId(i), 10) for i in range(7)]
+    plans = strategy.plan_round(state, 1, clients, _rng())
+    assert 6 not in [p.client for p in plans]
+    base = state.models[ClusterId(0)]
+    new = strategy.aggregate(state, 1, [_update(6, 0, [9.0] * DIM, base)], _rng())
+    assert_array_equal(new.models[ClusterId(0)], base)  # a stray update counts not
+    # Its subspace arrives next round: it joins the planted plane (4, 5).
+    later = strategy.on_describe(
+        state, 1, {ClientId(6): _basis([4, 5], tilt=0.01, seed=9)}, _rng()
+    )
+    assert later.assignment[ClientId(6)] == 1 and later.pending == frozenset()
+    assert later.placed == 1
+
+
+def test_a_newcomer_far_from_every_cluster_starts_its_own() -> None:
+    strategy, state = _clustered()
+    state = strategy.on_join(state, ClientInfo(ClientId(9), 10))
+    assert state.pending == {9}
+    new = strategy.on_describe(state, 3, {ClientId(9): _basis([2, 3])}, _rng())
+    assert new.assignment[ClientId(9)] == 3
+    assert_array_equal(new.models[ClusterId(3)], np.zeros(DIM))  # the start model
+    assert strategy.diagnostics(new) == PACFLDiagnostics(
+        clustered_in=0, sizes={0: 2, 1: 2, 2: 2, 3: 1}, pending=0, placed=1
+    )
+
+
+@pytest.mark.parametrize(
+    ("linkage", "expected"), [("single", 0), ("complete", None), ("weighted", None)]
+)
+def test_a_newcomer_is_placed_by_the_linkage(
+    linkage: str, expected: int | None
+) -> None:
+    """A newcomer 5° from client 0 and 50° from client 1 (both in cluster 0):
+    single linkage takes the nearest member (5° ≤ 20°); complete the farthest,
+    and the mean is 27.5°, both beyond 20°: a new cluster."""
+    e = np.eye(D)
+    members = {
+        ClientId(0): e[:, :1].astype(np.float32),
+        ClientId(1): (
+            np.cos(np.radians(45)) * e[:, :1] + np.sin(np.radians(45)) * e[:, 1:2]
+        ).astype(np.float32),
+    }
+    strategy = PACFL(threshold=50.0, linkage=linkage)  # type: ignore[arg-type]
+    state = strategy.on_describe(_joined(strategy, 2), 0, members, _rng())
+    assert set(state.assignment.values()) == {0}
+    strategy.threshold = 20.0
+    newcomer = (
+        np.cos(np.radians(-5)) * e[:, :1] + np.sin(np.radians(-5)) * e[:, 1:2]
+    ).astype(np.float32)
+    state = strategy.on_join(state, ClientInfo(ClientId(2), 10))
+    new = strategy.on_describe(state, 1, {ClientId(2): newcomer}, _rng())
+    assert new.assignment[ClientId(2)] == (1 if expected is None else expected)
+
+
+def test_a_client_that_leaves_takes_its_subspace() -> None:
+    strategy, state = _clustered()
+    state = strategy.on_leave(state, ClientId(2))
+    assert ClientId(2) not in state.subspaces and ClientId(2) not in state.assignment
+    assert strategy.diagnostics(state).sizes == {0: 2, 1: 1, 2: 2}  # type: ignore[union-attr]
+    # A description of a client that already left is ignored.
+    assert (
+        strategy.on_describe(state, 1, {ClientId(2): _basis([0, 1])}, _rng()) == state
+    )
+
+
+def test_planted_label_groups_of_the_digits_are_clustered_as_planted() -> None:
+    """Clients holding two digits each, 4 clients per pair of digits: their
+    per-class subspaces (p = 3) cluster into the 5 planted pairs."""
+    x, y = load_digits(return_X_y=True)
+    x = x / 16.0
+    rng = np.random.default_rng(0)
+    by_class = {c: rng.permutation(np.flatnonzero(y == c)) for c in range(10)}
+    bases, truth = {}, []
+    for g, (a, b) in enumerate([(0, 1), (2, 3), (4, 5), (6, 7), (8, 9)]):
+        for i in range(4):
+            blocks = []
+            for c in (a, b):
+                rows = x[by_class[c][i * 35 : (i + 1) * 35]]
+                u = np.linalg.svd(rows.T, full_matrices=False)[0]
+                blocks.append(u[:, :3])
+            bases[ClientId(len(truth))] = np.hstack(blocks).astype(np.float32)
+            truth.append(g)
+    strategy = PACFL()
+    state = strategy.on_describe(_joined(strategy, 20), 0, bases, _rng())
+    labels = [state.assignment[ClientId(i)] for i in range(20)]
+    assert_array_equal(labels, truth)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"n_basis": 0},
+        {"n_basis": True},
+        {"per_class": "yes"},
+        {"threshold": 0.0},
+        {"threshold": 180.0},
+        {"measure": "cosine"},
+        {"linkage": "ward"},
+        {"fraction": 0.0},
+    ],
+)
+def test_bad_options_name_the_value(params: dict) -> None:
+    with pytest.raises(ValueError, match=str(list(params.values())[-1])):
+        make("pacfl", **params)
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
+def test_pacfl_conforms(check: Check) -> None:
+    check("pacfl")
