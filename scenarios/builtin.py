@@ -95,6 +95,8 @@ BUILTIN: dict[str, Callable[[], Scenario]] = {
     "flhc-swap-fmnist": baselines.flhc_swap_fmnist,
     "fesem-rotated": baselines.fesem_rotated,
     "fesem-rotated-fmnist": baselines.fesem_rotated_fmnist,
+    "pacfl-labels": baselines.pacfl_labels,
+    "pacfl-labels-fmnist": baselines.pacfl_labels_fmnist,
     # The clustered-FL benchmark's settings (bench/benchmark.py; Fashion-MNIST).
     "bench-rotations-fmnist": benchmark.rotations,
     "bench-label-groups-fmnist": benchmark.label_groups,

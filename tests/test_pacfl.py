@@ -23,6 +23,8 @@ from clusterfed.algorithms._subspace import (
 )
 from clusterfed.algorithms.pacfl import PACFL, PACFLDiagnostics, PACFLState
 from clusterfed.conformance import CHECKS, Check
+from clusterfed.scenarios import BUILTIN
+from clusterfed.scenarios.partitions import ClassTablePartition
 from clusterfed.types import ClientId, ClusterId
 
 DIM = 6  # model size
@@ -390,3 +392,33 @@ def test_bad_options_name_the_value(params: dict) -> None:
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
 def test_pacfl_conforms(check: Check) -> None:
     check("pacfl")
+
+
+# -- its scenarios -------------------------------------------------------------
+
+
+def test_the_scenarios_hold_what_their_descriptions_say() -> None:
+    digits = BUILTIN["pacfl-labels"]()
+    assert digits.algorithm == "pacfl" and digits.dataset.name == "digits"
+    assert isinstance(digits.partition, ClassTablePartition)
+    pairs = [{c for c, w in enumerate(row) if w > 0} for row in digits.partition.table]
+    assert all(len(p) == 2 for p in pairs) and len(set().union(*pairs)) == 10
+    assert "threshold 7 degrees" in digits.description
+    assert make("pacfl").threshold == 7.0 and make("pacfl").n_basis == 3
+    assert "first 3 left singular vectors" in digits.description
+    assert (
+        digits.train.epochs,
+        digits.train.batch_size,
+        digits.train.lr,
+        digits.train.momentum,
+    ) == (10, 10, 0.01, 0.5)
+    assert digits.algorithm_params["pacfl"] == {"fraction": 0.2}
+    assert "20 % of them sampled" in digits.description
+    assert (digits.clients, digits.rounds) == (20, 50)
+    fmnist = BUILTIN["pacfl-labels-fmnist"]()
+    assert fmnist.dataset.name == "fashion_mnist"
+    assert (fmnist.clients, fmnist.rounds) == (100, 200)
+    assert fmnist.algorithm_params["pacfl"] == {"fraction": 0.1, "threshold": 2.5}
+    assert "10 % sampled" in fmnist.description and "2.5 degrees" in (
+        fmnist.description
+    )
