@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 from clusterfed.algorithms import ClientInfo, ClientUpdate, TaskPlan
 from clusterfed.algorithms.diagnostics import Diagnostics
-from clusterfed.types import ClientId, ClusterId
+from clusterfed.types import ClientId, ClusterId, ModelKey
 
 from . import phases
 from .outcome import Exchange, RoundOutcome
@@ -230,8 +230,9 @@ class AsyncDriver:
             cluster_versions={k: self.versions.get(k, 0) for k in models},
         )
 
-    def _staleness(self, running: _Running, cluster: ClusterId) -> int:
-        if cluster in running.sent:
+    def _staleness(self, running: _Running, cluster: ModelKey) -> int:
+        # A cluster's model counts its versions; the global model, the server's.
+        if isinstance(cluster, int) and cluster in running.sent:
             return self.versions.get(cluster, 0) - running.sent[cluster]
         return self.version - running.version
 
@@ -298,14 +299,15 @@ class AsyncDriver:
             list(zip(chosen, tasks, strict=True)), books.number, books.members
         )
         for plan, exchange in zip(plans, exchanges, strict=True):
-            duration = phases.duration(server.clock, plan.client, exchange)
+            samples = books.samples_to_time(plan, exchange)
+            duration = phases.duration(server.clock, plan.client, exchange, samples)
             cut = phases.went_offline(server.clock, plan.client, now, duration)
             if cut is not None:  # it fails when it goes offline
                 duration = cut
             sent = {
                 k: self.versions.get(k, 0)
-                for k in plan.models
-                if k in server.state.models
+                for k in server.state.models
+                if k in plan.models
             }
             running = _Running(plan, exchange, self.version, now, duration, sent, cut)
             arrival = now + (duration if duration is not None else 0.0)

@@ -40,10 +40,9 @@ from clusterfed.protocol import (
     decode,
     encode,
 )
-from clusterfed.types import ClusterId
+from clusterfed.types import model_key
 
 from . import work
-from .clock import compute_s
 from .faults import FaultyBehaviour
 from .privacy import PrivacyBudgetError
 from .spec import ClientSpec, ScratchModels, build_trainer
@@ -161,8 +160,7 @@ class Client:
         return trainer
 
     def update(self, spec: ClientSpec) -> None:
-        """Take a new spec (a drift, a straggler, a new link); the client keeps
-        what it remembers."""
+        """Take a new spec (a drift); the client keeps what it remembers."""
         if spec.id != self.id:
             raise ValueError(f"spec of client {spec.id} given to client {self.id}")
         self.spec = spec
@@ -263,7 +261,7 @@ class Client:
         match request.payload:
             case TrainTask(models=models, config=config, identity=identity):
                 candidates = [
-                    Candidate(ClusterId(m.cluster), m.weights, m.last_update)
+                    Candidate(model_key(m.cluster), m.weights, m.last_update)
                     for m in models
                 ]
                 cluster, result = work.train(
@@ -274,9 +272,7 @@ class Client:
                     delta=result.delta,
                     n_samples=result.n_samples,
                     loss=result.loss,
-                    compute_s=compute_s(
-                        self.spec.profile, result.samples_seen, self.spec.slowdown
-                    ),
+                    samples_seen=result.samples_seen,
                     epsilon=result.epsilon,
                 )
             case EvaluateTask(model=model):
@@ -289,7 +285,6 @@ class Client:
                 )
             case ProbeTask(models=models):
                 results = [self.trainer.evaluate(m.weights) for m in models]
-                n_test = len(self.spec.test)
                 return ProbeReply(
                     scores=tuple(
                         ProbeScore(
@@ -299,10 +294,7 @@ class Client:
                         )
                         for m, r in zip(models, results, strict=True)
                     ),
-                    n_samples=n_test,
-                    compute_s=compute_s(
-                        self.spec.profile, n_test * len(models), self.spec.slowdown
-                    ),
+                    n_samples=len(self.spec.test),
                 )
             case DescribeTask(want="class_histogram"):
                 n_classes = load_dataset(

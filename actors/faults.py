@@ -61,7 +61,6 @@ from clusterfed.protocol import (
 )
 from clusterfed.seeding import numpy_rng
 
-from .clock import compute_s
 from .spec import ClientSpec
 
 Behaviour = Literal[
@@ -209,9 +208,7 @@ class FaultyBehaviour:
             delta=delta,
             n_samples=len(spec.train),
             loss=0.0,
-            compute_s=compute_s(
-                spec.profile, len(spec.train) * task.config.epochs, spec.slowdown
-            ),
+            samples_seen=len(spec.train) * task.config.epochs,
             epsilon=None,
         )
         return encode(reply_to(request, update))

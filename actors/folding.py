@@ -58,7 +58,7 @@ class RoundFold:
             self._next += 1
             if counts_in_mean(ready):
                 assert ready.delta is not None
-                self.sums.add(ready.cluster, ready.delta, self._weight(ready))
+                self.sums.add(ready.cluster_id, ready.delta, self._weight(ready))
         self.most_waiting = max(self.most_waiting, len(self._waiting))
         return replace(update, delta=None)
 

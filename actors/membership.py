@@ -79,7 +79,12 @@ class Membership:
                 reply: Message = ErrorReply.of("refused", forged)
             case JoinRequest(client_id=cid) if request.sender == client_address(cid):
                 cluster = self.join(
-                    ClientInfo(ClientId(cid), request.payload.n_train, self.round)
+                    ClientInfo(
+                        ClientId(cid),
+                        request.payload.n_train,
+                        self.round,
+                        n_test=request.payload.n_test,
+                    )
                 )
                 reply = Welcome(client_id=cid, cluster=cluster)
             case LeaveNotice(client_id=cid) if request.sender == client_address(cid):

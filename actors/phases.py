@@ -28,9 +28,8 @@ from clusterfed.protocol import (
     Message,
     ProbeReply,
     TrainConfig,
-    UpdateReply,
 )
-from clusterfed.types import ClientId, ClusterId
+from clusterfed.types import ClientId, ModelKey
 
 from .clock import DeadlinePolicy, SimClock, arrives_late, close_round
 from .courier import Courier
@@ -40,14 +39,17 @@ from .tasks import probe_tasks, train_tasks
 from .validation import check_evaluation, check_histogram, check_probe
 
 
-def duration(clock: SimClock, client: ClientId, exchange: Exchange) -> float | None:
-    """Simulated time until the reply arrived; None if it never does."""
+def duration(
+    clock: SimClock, client: ClientId, exchange: Exchange, samples: int = 0
+) -> float | None:
+    """Simulated time until the reply arrived; None if it never does.
+
+    `samples` is the work the task had the client do; the server's clock
+    times it on the client's device at its slowdown now (a client reports
+    samples, never seconds)."""
     if exchange.status == "failed" or exchange.reply is None:
         return None
-    payload = exchange.reply.payload
-    compute = (
-        payload.compute_s if isinstance(payload, UpdateReply | ProbeReply) else 0.0
-    )
+    compute = clock.compute_s(client, samples)
     return clock.exchange_s(client, exchange.bytes_down, compute, exchange.bytes_up)
 
 
@@ -126,7 +128,8 @@ async def train(
     settled: dict[int, Settled] = {}
 
     def timing(plan: TaskPlan, exchange: Exchange) -> None:
-        length_s = duration(clock, plan.client, exchange)
+        samples = round.samples_to_time(plan, exchange)
+        length_s = duration(clock, plan.client, exchange, samples)
         cut = went_offline(clock, plan.client, at, length_s)
         if cut is not None:
             gone[plan.client], length_s = cut, None
@@ -211,7 +214,10 @@ async def probe(
                 exchange = replace(exchange, status="rejected", reason=problem)
         exchange = _prefixed(exchange, "probe")
         round.book(plan.client, exchange)
-        durations.append(duration(clock, plan.client, exchange))
+        # The client scores each model on its whole held-out split.
+        declared = round.members.get(plan.client)
+        samples = (declared.n_test if declared else 0) * len(plan.models)
+        durations.append(duration(clock, plan.client, exchange, samples))
     scored = [
         replace(u, peer_scores=scores[u.client]) if u.client in scores else u
         for u in updates
@@ -222,10 +228,10 @@ async def probe(
 async def evaluate(
     courier: Courier,
     round: Round,
-    models: Mapping[ClientId, tuple[ClusterId, np.ndarray]],
+    models: Mapping[ClientId, tuple[ModelKey, np.ndarray]],
 ) -> None:
     """Each client scores the model it is evaluated with on its held-out split."""
-    tasks: dict[tuple[int, int], EvaluateTask] = {}
+    tasks: dict[tuple[ModelKey, int], EvaluateTask] = {}
     requests: list[tuple[ClientId, Message]] = []
     for client, (cluster, weights) in models.items():
         key = (cluster, id(weights))

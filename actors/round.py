@@ -27,11 +27,11 @@ import numpy as np
 
 from clusterfed.algorithms import ClientInfo, ClientUpdate, TaskPlan
 from clusterfed.protocol import UpdateReply
-from clusterfed.types import ClientId, ClusterId
+from clusterfed.types import ClientId, model_key
 
 from .folding import RoundFold, without_delta
 from .outcome import ClientOutcome, Exchange
-from .validation import check_update
+from .validation import check_update, max_samples_seen
 
 Lateness = Callable[[ClientUpdate], tuple[str | None, int | None]]
 """The schedule's lateness rule for a judged update: why it counts as late
@@ -65,12 +65,20 @@ class UpdateLimits:
             times the median count the registered clients declared at join,
             so no client owns a weighted mean by declaring 2³¹ − 1 samples.
             None: no cap.
+        epochs: the local epochs of a task that does not override them (the
+            run's `TrainConfig`): with the client's n_train, they bound the
+            samples it may say it processed (`max_samples_seen`).
     """
 
     n_weights: int
     max_update_norm: float | None = None
     max_update_ratio: float | None = None
     max_weight_ratio: float | None = None
+    epochs: int = 1
+
+    def epochs_of(self, plan: TaskPlan) -> int:
+        """The local epochs of `plan`'s task."""
+        return int(plan.overrides.get("epochs", self.epochs))
 
 
 @dataclass(frozen=True)
@@ -131,6 +139,22 @@ class Round:
             self.rejections.append(f"client {client}: {exchange.reason}")
         if exchange.status != "ok":
             outcome.reason = exchange.reason
+
+    def samples_to_time(self, plan: TaskPlan, exchange: Exchange) -> int:
+        """The samples a train reply is timed by (`phases.duration`): the
+        `samples_seen` it reports, at most `max_samples_seen` for its task,
+        so a claim the checks refuse stretches the round no further than an
+        honest reply could; 0 for any other reply."""
+        reply = exchange.reply.payload if exchange.reply is not None else None
+        if not isinstance(reply, UpdateReply):
+            return 0
+        declared = self.members.get(plan.client)
+        if declared is None:
+            return reply.samples_seen
+        most = max_samples_seen(
+            declared.n_train, self.limits.epochs_of(plan), len(plan.models)
+        )
+        return min(reply.samples_seen, most)
 
     def settle(
         self,
@@ -223,10 +247,11 @@ class Round:
             self.limits.max_update_norm,
             declared.n_train if declared is not None else None,
             self.limits.max_update_ratio,
+            self.limits.epochs_of(plan),
         )
         if problem is not None or not isinstance(reply, UpdateReply):
             return ClientUpdate(plan.client, first, "rejected", reason=problem)
-        cluster = ClusterId(reply.cluster)
+        cluster = model_key(reply.cluster)
         n_samples = reply.n_samples
         if self._weight_cap is not None and n_samples > self._weight_cap:
             n_samples = int(self._weight_cap)

@@ -110,6 +110,7 @@ class ParameterServer(Membership):
             max_update_norm,
             max_update_ratio,
             max_weight_ratio,
+            epochs=train_config.epochs,
         )
         self.train_config = train_config
         self.clock = clock if clock is not None else SimClock()

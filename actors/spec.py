@@ -17,7 +17,6 @@ from torch import nn
 from clusterfed.data import load_dataset
 from clusterfed.models import build_model
 
-from .clock import DeviceProfile
 from .privacy import Horizon, PrivateTraining, private_model
 from .trainer import LocalTrainer, Rows
 
@@ -84,7 +83,11 @@ def privacy_summary(
 
 
 class ClientSpec(BaseModel):
-    """One client: its samples, its transform, its device."""
+    """One client: its samples, its transform, its model and privacy.
+
+    Its device (profile and straggler slowdown) is no part of it: the
+    server's `SimClock` holds devices and times every task, so no client
+    works out or reports its own compute time."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -97,17 +100,15 @@ class ClientSpec(BaseModel):
     train: list[int] = Field(min_length=1)
     test: list[int] = Field(min_length=1)
     seed: int
-    profile: DeviceProfile = Field(default_factory=DeviceProfile)
     rotation: float = Field(0.0, description="feature skew: degrees, counter-clockwise")
     label_permutation: list[int] | None = Field(
         None, description="preference skew: label y is read as label_permutation[y]"
     )
-    slowdown: float = Field(1.0, gt=0, description="straggler factor on compute time")
     privacy: PrivacyPlan | None = Field(None, description="local DP; None: off")
 
     def data_key(self) -> dict[str, Any]:
         """The fields a trainer is built from; the others change no tensor."""
-        return self.model_dump(exclude={"group", "profile", "slowdown"})
+        return self.model_dump(exclude={"group"})
 
 
 class ScratchModels:

@@ -15,12 +15,13 @@ from clusterfed.protocol import (
     TrainConfig,
     TrainTask,
 )
+from clusterfed.types import ModelKey
 
 
 def train_tasks(plans: Sequence[TaskPlan], base: TrainConfig) -> list[TrainTask]:
     """One task per plan; plans that send the same models share one object,
     so the codec packs each model once per round."""
-    models: dict[tuple[int, int, int], ClusterModel] = {}
+    models: dict[tuple[ModelKey, int, int], ClusterModel] = {}
     configs: dict[tuple[Any, ...], TrainConfig] = {(): base}
     tasks: dict[tuple[Any, ...], TrainTask] = {}
     result = []

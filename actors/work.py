@@ -15,7 +15,7 @@ import numpy as np
 from clusterfed.algorithms import Candidate, make_policy
 from clusterfed.errors import ClusterfedError
 from clusterfed.protocol import MAX_LOSS, IdentityRule, TrainConfig
-from clusterfed.types import ClusterId
+from clusterfed.types import ModelKey
 
 from .trainer import LocalTrainer, TrainResult
 
@@ -31,7 +31,7 @@ def train(
     identity: IdentityRule | None,
     config: TrainConfig,
     round: int,
-) -> tuple[ClusterId, TrainResult]:
+) -> tuple[ModelKey, TrainResult]:
     """Pick a candidate (by the identity policy, if several) and train it."""
     trainer.check_budget(config)  # refuse before probing, not only before training
     chosen = candidates[0]

@@ -133,7 +133,7 @@ def sum_per_cluster(
     for update in sorted(updates, key=lambda u: u.client):
         if counts_in_mean(update):
             assert update.delta is not None
-            sums.add(update.cluster, update.delta, member_weight(update, mean))
+            sums.add(update.cluster_id, update.delta, member_weight(update, mean))
     return sums
 
 
@@ -161,7 +161,7 @@ def average_per_cluster(
     by_cluster: dict[ClusterId, list[tuple[np.ndarray, int]]] = defaultdict(list)
     for update in sorted(updates, key=lambda u: u.client):
         if counts_in_mean(update) and update.delta is not None:
-            by_cluster[update.cluster].append((update.delta, update.n_samples))
+            by_cluster[update.cluster_id].append((update.delta, update.n_samples))
     new = dict(models)
     for cluster, members in by_cluster.items():
         weights = member_weights([n for _, n in members], mean)

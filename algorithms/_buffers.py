@@ -82,9 +82,9 @@ class BufferRule:
         """Add `update` (weighted by `weight` and s(τ)) to its cluster's
         buffer; step that cluster when the buffer is full. Returns the models,
         the buffers and whether a model moved. New mappings; none is mutated."""
-        cluster = update.cluster
-        if update.delta is None or cluster not in models:
+        if update.delta is None or update.cluster not in models:
             return dict(models), dict(buffers), False
+        cluster = update.cluster_id
         discount = staleness_weight(self.staleness, staleness, a=self.a, b=self.b)
         step = update.delta.astype(np.float64) * (discount * weight)
         old = buffers.get(cluster)

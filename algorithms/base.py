@@ -34,7 +34,7 @@ from typing import (
 import numpy as np
 
 from clusterfed.protocol import TrainConfig
-from clusterfed.types import ClientId, ClusterId, Status
+from clusterfed.types import ClientId, ClusterId, ModelKey, Status
 
 from .diagnostics import Diagnostics
 from .robust import MEAN, Krum, Mean, Median, NormClip, TrimmedMean
@@ -65,19 +65,24 @@ class SubspaceRequest:
 
 @dataclass(frozen=True)
 class ClientInfo:
-    """What the server knows of a client: never its data, only its size."""
+    """What the server knows of a client: never its data, only its size.
+
+    `n_test` (its held-out samples) is what the server times a probe of the
+    client by."""
 
     id: ClientId
     n_train: int
     joined_round: int = 0
+    n_test: int = 0
 
 
 @dataclass(frozen=True)
 class TaskPlan:
     """One client's task this round: the model(s) it receives, its settings.
 
-    `models` maps cluster ids to flat weight vectors; a client trains the only
-    one, or chooses among several when its policy does (IFCA-like).
+    `models` maps cluster ids (or `GLOBAL`, for a model of no cluster) to
+    flat weight vectors; a client trains the only one, or chooses among
+    several when its policy does (IFCA-like).
     `overrides` replaces fields of the run's `TrainConfig` for this task only,
     e.g. `{"epochs": 5}` for a longer first round. With several models,
     `identity` names the `IdentityPolicy` the client runs to pick one (with
@@ -85,13 +90,13 @@ class TaskPlan:
     """
 
     client: ClientId
-    models: Mapping[ClusterId, np.ndarray]
+    models: Mapping[ModelKey, np.ndarray]
     overrides: Mapping[str, Any] = field(default_factory=dict)
     identity: str | None = None
     identity_params: Mapping[str, float | int | str | bool] = field(
         default_factory=dict
     )
-    last_updates: Mapping[ClusterId, np.ndarray] = field(default_factory=dict)
+    last_updates: Mapping[ModelKey, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -128,7 +133,7 @@ class ClientUpdate:
     """
 
     client: ClientId
-    cluster: ClusterId
+    cluster: ModelKey  # the model it trained: a cluster's, or GLOBAL
     status: Status
     base: np.ndarray | None = None
     delta: np.ndarray | None = None
@@ -140,6 +145,23 @@ class ClientUpdate:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def cluster_id(self) -> ClusterId:
+        """The cluster whose model it trained.
+
+        Raises:
+            ValueError: it trained the global model, which is no cluster's
+                (only a strategy that sends it, DCFL, gets such an update:
+                the server refuses an update of a model it did not send).
+        """
+        cluster = self.cluster
+        if isinstance(cluster, str):  # GLOBAL, the one key that is no id
+            raise ValueError(
+                f"client {self.client}'s update is of the global model,"
+                " which belongs to no cluster"
+            )
+        return cluster
 
 
 @dataclass(frozen=True)
@@ -422,7 +444,7 @@ class Strategy(ABC, Generic[S]):
         return their typed subclass."""
         return None
 
-    def model_for(self, state: S, client: ClientId) -> tuple[ClusterId, np.ndarray]:
+    def model_for(self, state: S, client: ClientId) -> tuple[ModelKey, np.ndarray]:
         """The model a client is evaluated with: its cluster's."""
         cluster = state.assignment[client]
         return cluster, state.models[cluster]
@@ -458,7 +480,7 @@ def streams(strategy: Strategy[Any]) -> bool:
 class Candidate:
     """One model a client may pick: its cluster, weights and last change."""
 
-    cluster: ClusterId
+    cluster: ModelKey
     weights: np.ndarray
     last_update: np.ndarray | None = None
 
@@ -490,8 +512,8 @@ class IdentityPolicy(ABC):
     @abstractmethod
     def choose(
         self, probe: ClientProbe, candidates: Sequence[Candidate], round: int
-    ) -> ClusterId:
-        """The cluster whose model the client trains this round."""
+    ) -> ModelKey:
+        """The candidate (its `cluster`) whose model the client trains."""
 
 
 def _owner(cls: type, name: str) -> type:

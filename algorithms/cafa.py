@@ -285,7 +285,7 @@ class CAFA(Strategy[CAFAState]):
         )
         cbcc = fill_missing([self.cbcc_weight(state, u.client) for u in members])
         weights = combined_weights(cbcc, abfa_weights(accuracy))
-        cluster = members[0].cluster
+        cluster = members[0].cluster_id
         deltas = [u.delta for u in members if u.delta is not None]
         step = robust_mean(deltas, weights.tolist(), self.aggregator)
         models = dict(state.models)

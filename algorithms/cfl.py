@@ -279,7 +279,7 @@ class CFL(Strategy[CFLState]):
         for update in sorted(updates, key=lambda u: u.client):
             # The same updates `average_per_cluster` counts.
             if update.ok and update.delta is not None and update.n_samples > 0:
-                groups.setdefault(update.cluster, []).append(update)
+                groups.setdefault(update.cluster_id, []).append(update)
         norms = {
             cluster: update_norms(members, self.mean)
             for cluster, members in groups.items()

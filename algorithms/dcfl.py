@@ -40,7 +40,8 @@ Where the paper is loose, clusterfed decides:
   folded into any cluster model nor into that round's clustering. It is placed
   against the cluster models after this round's aggregation, so the id it gets
   exists; until it is placed, it is evaluated on W_G and has no cluster.
-  W_G travels under the id `GLOBAL_MODEL`, which is never a cluster id.
+  W_G travels under its own name, `GLOBAL` ("global" on the wire), never
+  under an id of the cluster id space.
 
 In asynchronous mode (`mode = "async"`) updates arrive one at a time:
 
@@ -68,7 +69,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from clusterfed.types import ClientId, ClusterId
+from clusterfed.types import GLOBAL, ClientId, ClusterId, ModelKey
 
 from ._aggregate import weighted_mean
 from ._buffers import Buffered, ClusterBuffer, latest_per_client
@@ -77,10 +78,6 @@ from .base import ClientInfo, ClientUpdate, ServerState, Strategy
 from .diagnostics import Diagnostics
 from .distances import check_metric, pairwise_distances
 from .robust import robust_mean
-
-# The id W_G is sent under: cluster ids count up from 0 and never get here,
-# and the protocol needs a non-negative id for every model it carries.
-GLOBAL_MODEL = ClusterId(2**31 - 1)
 
 
 @dataclass(frozen=True)
@@ -201,10 +198,10 @@ class DCFL(Buffered, Strategy[DCFLState]):
 
     def model_for(
         self, state: DCFLState, client: ClientId
-    ) -> tuple[ClusterId, np.ndarray]:
+    ) -> tuple[ModelKey, np.ndarray]:
         """A placed client's cluster model; W_G for a newcomer not yet placed."""
         if client not in state.assignment and client in state.pending:
-            return GLOBAL_MODEL, global_model(state.models)
+            return GLOBAL, global_model(state.models)
         return super().model_for(state, client)
 
     def diagnostics(self, state: DCFLState) -> DCFLDiagnostics | None:

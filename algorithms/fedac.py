@@ -165,7 +165,7 @@ class FedAC(Strategy[FedACState]):
         scans = state.scans
         losses: dict[ClusterId, float] = dict(state.losses)
         rescan: set[ClusterId] = set()
-        for cluster in sorted({u.cluster for u in ok}):
+        for cluster in sorted({u.cluster_id for u in ok}):
             group = [u for u in ok if u.cluster == cluster]
             members = [c for c, k in state.assignment.items() if k == cluster]
             loss = mean_loss(group)

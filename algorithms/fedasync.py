@@ -64,7 +64,8 @@ class FedAsync(FedAvg):
         mix = self.alpha * staleness_weight(
             self.staleness, staleness, a=self.a, b=self.b
         )
-        current = state.models[update.cluster].astype(np.float64)
+        cluster = update.cluster_id
+        current = state.models[cluster].astype(np.float64)
         trained = update.base.astype(np.float64) + update.delta
         new = ((1.0 - mix) * current + mix * trained).astype(np.float32)
-        return state.replace(models={**state.models, update.cluster: new}), True
+        return state.replace(models={**state.models, cluster: new}), True

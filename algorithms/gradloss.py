@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from clusterfed.types import ClientId, ClusterId
+from clusterfed.types import ClientId, ClusterId, ModelKey
 
 from ._aggregate import ClusterSums
 from .base import (
@@ -62,7 +62,7 @@ class GradLossIdentity(IdentityPolicy):
 
     def choose(
         self, probe: ClientProbe, candidates: Sequence[Candidate], round: int
-    ) -> ClusterId:
+    ) -> ModelKey:
         scores = [self.score(probe, c, round) for c in candidates]
         return candidates[int(np.argmax(scores))].cluster
 
@@ -141,7 +141,9 @@ class GradLoss(IFCALoop[GradLossState]):
                         plan.models,
                         identity=plan.identity,
                         identity_params=plan.identity_params,
-                        last_updates=state.last_updates,
+                        last_updates=dict[ModelKey, np.ndarray](
+                            state.last_updates.items()
+                        ),
                     )
                 )
         return plans
@@ -176,7 +178,7 @@ class GradLoss(IFCALoop[GradLossState]):
         rng: np.random.Generator,
     ) -> GradLossState:
         """Each chosen cluster's last change, and seeds for the empty ones."""
-        chosen = {u.cluster for u in updates if u.ok}
+        chosen = {u.cluster_id for u in updates if u.ok}
         last = {
             k: (new.models[k].astype(np.float64) - state.models[k]).astype(np.float32)
             for k in chosen

@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from clusterfed.types import ClientId, ClusterId
+from clusterfed.types import ClientId, ClusterId, ModelKey
 
 from ._aggregate import (
     ClusterMean,
@@ -64,7 +64,7 @@ class MinLoss(IdentityPolicy):
 
     def choose(
         self, probe: ClientProbe, candidates: Sequence[Candidate], round: int
-    ) -> ClusterId:
+    ) -> ModelKey:
         losses = [probe.loss(c.weights) for c in candidates]
         return candidates[int(np.argmin(losses))].cluster
 
@@ -126,7 +126,7 @@ class IFCALoop(Strategy[S]):
         return [
             TaskPlan(
                 c.id,
-                dict(state.models),
+                dict[ModelKey, np.ndarray](state.models.items()),
                 identity=self.identity,
                 identity_params=self.identity_params(),
             )
@@ -177,7 +177,7 @@ def _moved(
 ) -> dict[ClientId, ClusterId]:
     """The assignment with each reporting client in the cluster it chose."""
     assignment: dict[ClientId, ClusterId] = dict(state.assignment)
-    assignment.update({u.client: u.cluster for u in reporting})
+    assignment.update({u.client: u.cluster_id for u in reporting})
     return assignment
 
 
@@ -230,7 +230,7 @@ class IFCA(Buffered, IFCALoop[IFCAState]):
         """Asynchronous mode: every cluster model, the client picks one."""
         return TaskPlan(
             client,
-            dict(state.models),
+            dict[ModelKey, np.ndarray](state.models.items()),
             identity=self.identity,
             identity_params=self.identity_params(),
         )
@@ -255,6 +255,6 @@ class IFCA(Buffered, IFCALoop[IFCAState]):
         models, buffers, moved = self.buffering.fold(
             state.models, state.buffers, update, staleness, weight
         )
-        assignment = {**state.assignment, update.client: update.cluster}
+        assignment = {**state.assignment, update.client: update.cluster_id}
         new = state.replace(models=models, buffers=buffers, assignment=assignment)
         return new, moved

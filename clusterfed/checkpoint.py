@@ -62,6 +62,7 @@ import numpy as np
 
 from clusterfed.actors.asynchronous import DriverSnapshot, driver_snapshot_problem
 from clusterfed.actors.client import ClientState, client_state_problem
+from clusterfed.actors.clock import ClockDevices, devices_problem
 from clusterfed.actors.validation import ServerSnapshot
 from clusterfed.errors import ConfigError
 from clusterfed.folders import TMP
@@ -92,6 +93,7 @@ class FederationSnapshot(TypedDict):
 
     server: ServerSnapshot
     sim_now: float
+    devices: ClockDevices  # every client's device and straggler slowdown
     driver: DriverSnapshot | None  # None: a synchronous run
     engine: EngineSnapshot
     recorder: RecorderSnapshot
@@ -269,6 +271,14 @@ def snapshot_problem(federation: object, mode: object = "sync") -> str | None:
     sim_now = federation["sim_now"]
     if not isinstance(sim_now, float | int) or not 0 <= sim_now < math.inf:
         return f"sim_now is {sim_now!r}, expected a finite simulated time"
+    devices = federation["devices"]
+    problem = (
+        devices_problem(devices)
+        if isinstance(devices, Mapping)
+        else f"are a {type(devices).__name__}"
+    )
+    if problem is not None:
+        return f"the clock's devices: {problem}"
     wall_s = federation["recorder"]["wall_s"]
     if not isinstance(wall_s, float) or not 0 <= wall_s < math.inf:
         return f"the recorder's wall_s is {wall_s!r}, expected finite seconds"

@@ -73,7 +73,8 @@ class RunInterrupted(KeyboardInterrupt):
 def build_server(
     plan: RunPlan, runtime: Runtime, clock: SimClock | None = None
 ) -> ParameterServer:
-    """The parameter server of `plan`, its clients hosted by `runtime`."""
+    """The parameter server of `plan`, its clients hosted by `runtime`, on
+    `clock` (a fresh `plan.clock()` by default: the first clients' devices)."""
     s = plan.scenario
     return ParameterServer(
         strategy=plan.strategy,
@@ -81,7 +82,7 @@ def build_server(
         train_config=plan.train_config,
         runtime=runtime,
         rng=numpy_rng(s.seed, STRATEGY_STREAM),
-        clock=clock,
+        clock=clock if clock is not None else plan.clock(),
         deadline=s.deadline,
         task_timeout_s=s.task_timeout(),
         max_update_norm=s.max_update_norm,
@@ -129,13 +130,12 @@ class Federation:
                 scenario.algorithm, self.plan.strategy, self.plan.train_config
             ),
         )
-        self.engine = ScenarioEngine(self.plan)
-        self.global_test = GlobalTest(scenario, self.plan.dataset)
-        self.clock = SimClock(
-            availability=schedule(
-                scenario.availability, scenario.seed, AVAILABILITY_STREAM
-            )
+        self.clock = self.plan.clock(
+            schedule(scenario.availability, scenario.seed, AVAILABILITY_STREAM)
         )
+        # The clock holds the devices; the engine keeps them current.
+        self.engine = ScenarioEngine(self.plan, self.clock)
+        self.global_test = GlobalTest(scenario, self.plan.dataset)
         self.server = build_server(self.plan, runtime, self.clock)
         self.driver: AsyncDriver | None = None
         if scenario.mode == "async":
@@ -271,7 +271,7 @@ class Federation:
                 and cid not in self._punctual_stragglers
             ):
                 self._punctual_stragglers.add(cid)
-                factor = self.engine.specs[cid].slowdown
+                factor = self.clock.slowdown(ClientId(cid))
                 self.warn(
                     f"round {round}: client {cid} straggles (×{factor:g}) but"
                     f" finished in {client['sim_s']:.2f} simulated s, inside the"
@@ -295,6 +295,7 @@ class Federation:
         return {
             "server": self.server.snapshot(),
             "sim_now": self.clock.now,
+            "devices": self.clock.devices(),
             "driver": None if self.driver is None else self.driver.snapshot(),
             "engine": self.engine.snapshot(),
             "recorder": self.recorder.snapshot(),
@@ -318,6 +319,10 @@ class Federation:
             )
         self.server.restore(snapshot["server"])
         self.clock.now = float(snapshot["sim_now"])
+        try:
+            self.clock.restore_devices(snapshot["devices"])
+        except ValueError as exc:
+            raise ConfigError(f"checkpoint refused: the clock's {exc}") from exc
         if self.driver is not None and snapshot["driver"] is not None:
             self.driver.restore(snapshot["driver"])
 
@@ -337,7 +342,6 @@ class Federation:
     async def add_clients(self, specs: Sequence[ClientSpec]) -> None:
         """Host new clients; each sends its join request to the server."""
         for spec in specs:
-            self.clock.profiles[ClientId(spec.id)] = spec.profile
             if isinstance(spec, FaultyClientSpec):
                 self.server.faulty.add(ClientId(spec.id))
             if spec.privacy is not None:
@@ -356,8 +360,7 @@ class Federation:
             raise RuntimeError(f"client {client} could not leave: {reply}")
 
     async def update_client(self, spec: ClientSpec) -> None:
-        """A client's new spec (a drift, a straggler, a new link)."""
-        self.clock.profiles[ClientId(spec.id)] = spec.profile
+        """A client's new spec (a drift: its data or transform)."""
         await self.runtime.update(spec)
 
     def set_unreachable(self, clients: Mapping[int, str]) -> None:

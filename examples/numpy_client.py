@@ -17,7 +17,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 TENSOR_EXT = 1
 DTYPES = [
     "float32", "float64", "float16", "int64", "int32", "int16", "int8", "uint8", "bool"
@@ -92,7 +92,6 @@ class NumpyClient:
         *,
         n_classes: int,
         seed: int = 0,
-        samples_per_s: float = 500.0,
     ) -> None:
         self.id = client_id
         self.address = f"client/{client_id}"
@@ -102,7 +101,6 @@ class NumpyClient:
         self.y_test = np.asarray(y_test, dtype=np.int64)
         self.n_classes = n_classes
         self.rng = np.random.default_rng(seed)
-        self.samples_per_s = samples_per_s
 
     def join_request(self) -> bytes:
         return encode(
@@ -147,12 +145,10 @@ class NumpyClient:
                 scores.append(
                     {"owner": peer["owner"], "accuracy": accuracy, "loss": loss}
                 )
-            seen = len(self.y_test) * len(scores)
             reply = {
                 "kind": "probe_reply",
                 "scores": scores,
                 "n_samples": len(self.y_test),
-                "compute_s": seen / self.samples_per_s,
             }
         elif kind == "describe_task":
             counts = np.bincount(self.y_train, minlength=self.n_classes)
@@ -179,15 +175,19 @@ class NumpyClient:
     def _train(self, task: dict[str, Any]) -> dict[str, Any]:
         config = task["config"]
         models = task["models"]
-        # Several candidates: take the one with the lowest training loss.
-        chosen = min(models, key=lambda m: self._loss(m["weights"]))
+        n = len(self.y_train)
+        chosen, seen = models[0], 0
+        if len(models) > 1:
+            # Several candidates: the one with the lowest training loss, each
+            # scored on every training sample (samples processed too).
+            chosen = min(models, key=lambda m: self._loss(m["weights"]))
+            seen = n * len(models)
         start = np.asarray(chosen["weights"], dtype=np.float32)
         n_features = self.x_train.shape[1]
         w, b = split(start, n_features, self.n_classes)
         w0, b0 = w.copy(), b.copy()
         vw, vb = np.zeros_like(w), np.zeros_like(b)
-        total, seen = 0.0, 0
-        n = len(self.y_train)
+        total, trained = 0.0, 0
         for _ in range(config["epochs"]):
             order = self.rng.permutation(n)
             for first in range(0, n, config["batch_size"]):
@@ -196,7 +196,7 @@ class NumpyClient:
                     w, b, self.x_train[batch], self.y_train[batch]
                 )
                 total += loss * len(batch)
-                seen += len(batch)
+                trained += len(batch)
                 gw += config["weight_decay"] * w + config["mu"] * (w - w0)
                 gb += config["weight_decay"] * b + config["mu"] * (b - b0)
                 vw = config["momentum"] * vw + gw
@@ -209,8 +209,8 @@ class NumpyClient:
             "cluster": chosen["cluster"],
             "delta": end - start,
             "n_samples": n,
-            "loss": total / seen,
-            "compute_s": seen / self.samples_per_s,
+            "loss": total / trained,
+            "samples_seen": seen + trained,
             "epsilon": None,
         }
 

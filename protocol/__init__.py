@@ -18,13 +18,13 @@ from .codec import (
 )
 from .errors import ClusterfedError, ProtocolError
 from .messages import (
+    GLOBAL_MODEL,
     MAX_CLASSES,
     MAX_COUNT,
     MAX_EPSILON,
     MAX_LOSS,
     MAX_MODELS,
     MAX_PEER_MODELS,
-    MAX_SECONDS,
     MAX_TEXT,
     MESSAGE_KINDS,
     ClassHistogram,
@@ -52,6 +52,7 @@ from .tensor import FlatVector, Tensor
 from .version import PROTOCOL_VERSION
 
 __all__ = [
+    "GLOBAL_MODEL",
     "MAX_CLASSES",
     "MAX_COUNT",
     "MAX_EPSILON",
@@ -60,7 +61,6 @@ __all__ = [
     "MAX_MODELS",
     "MAX_PEER_MODELS",
     "MAX_REASON",
-    "MAX_SECONDS",
     "MAX_TEXT",
     "MESSAGE_KINDS",
     "PROTOCOL_VERSION",

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+import numpy as np
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter
 
 from .tensor import FlatVector
 from .version import PROTOCOL_VERSION
 
 MAX_COUNT = 2**31 - 1
 """The largest count (of samples, of a class) a message may carry."""
-MAX_SECONDS = 1e9
-"""The longest simulated compute time a reply may claim (about 31 years)."""
 MAX_LOSS = 1e12
 """The largest loss a reply may report."""
 MAX_EPSILON = 1e6
@@ -41,8 +40,31 @@ NonNegInt = Annotated[int, Field(ge=0)]  # what the server builds (numpy ints to
 Id = Annotated[int, Field(strict=True, ge=0, le=MAX_COUNT)]  # what a client reports
 Count = Annotated[int, Field(strict=True, ge=0, le=MAX_COUNT)]
 Loss = Annotated[float, Field(strict=True, ge=0, le=MAX_LOSS)]
-Seconds = Annotated[float, Field(strict=True, ge=0, le=MAX_SECONDS)]
 Share = Annotated[float, Field(strict=True, ge=0, le=1)]
+
+
+def _plain_int(value: object) -> object:
+    """A numpy integer as the int it holds (the server's cluster ids may come
+    from numpy); any other value unchanged, for the strict check."""
+    return int(value) if isinstance(value, np.integer) else value
+
+
+GLOBAL_MODEL = "global"
+"""The name a model of no cluster travels under (DCFL's W_G, the mean of the
+cluster models): `clusterfed.types.GLOBAL`, spelled here again because this
+package imports nothing else from clusterfed."""
+# Which model a task carries or a reply names: a cluster's id, or "global".
+# Strict both ways: no string, float or bool is read as an id, and no id
+# stands for the global model.
+ModelName = (
+    Annotated[
+        int,
+        Field(strict=True, ge=0, le=MAX_COUNT),
+        BeforeValidator(_plain_int),  # runs first, on what the server built
+    ]
+    | Literal["global"]
+)  # what the server builds
+ReportedModel = Id | Literal["global"]  # what a client names
 
 
 class _Frozen(BaseModel):
@@ -63,9 +85,10 @@ class TrainConfig(_Frozen):
 
 
 class ClusterModel(_Frozen):
-    """The flat weights of one cluster's model, and its last update if asked."""
+    """The flat weights of one model, and its last update if asked: a
+    cluster's (`cluster` is its id) or the global model (`"global"`)."""
 
-    cluster: NonNegInt
+    cluster: ModelName
     weights: FlatVector
     last_update: FlatVector | None = Field(
         None, description="the cluster model's change in its last round"
@@ -121,14 +144,22 @@ class TrainTask(_Frozen):
 
 
 class UpdateReply(_Frozen):
-    """A client's result: the delta (new − received weights) and its costs."""
+    """A client's result: the delta (new − received weights) and its work.
+
+    The client reports how many samples it processed, never how long that
+    took: the server's clock owns the clients' devices and straggler
+    slowdowns, and turns `samples_seen` into simulated compute time.
+    """
 
     kind: Literal["update_reply"] = "update_reply"
-    cluster: Id
+    cluster: ReportedModel = Field(description="the model trained, as sent")
     delta: FlatVector
     n_samples: Count
     loss: Loss
-    compute_s: Seconds = Field(description="simulated compute time")
+    samples_seen: Count = Field(
+        description="samples processed for this task: every training batch of"
+        " every epoch, and what an identity rule evaluated to pick a model"
+    )
     epsilon: float | None = Field(
         None,
         strict=True,
@@ -148,7 +179,7 @@ class EvaluateTask(_Frozen):
 
 class EvaluateReply(_Frozen):
     kind: Literal["evaluate_reply"] = "evaluate_reply"
-    cluster: Id
+    cluster: ReportedModel = Field(description="the model evaluated, as sent")
     accuracy: Share
     loss: Loss
     n_samples: Count
@@ -202,14 +233,16 @@ class ProbeScore(_Frozen):
 
 
 class ProbeReply(_Frozen):
-    """One score per model of the probe task, on `n_samples` held-out samples."""
+    """One score per model of the probe task, on `n_samples` held-out samples.
+
+    Its work (the held-out split once per model) is known to the server,
+    which times it on its clock."""
 
     kind: Literal["probe_reply"] = "probe_reply"
     scores: tuple[ProbeScore, ...] = Field(
         min_length=1, max_length=MAX_PEER_MODELS, fail_fast=True
     )
     n_samples: Count
-    compute_s: Seconds = Field(description="simulated compute time")
 
 
 class ErrorReply(_Frozen):

@@ -2,4 +2,8 @@
 
 from __future__ import annotations
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
+"""1: the first published protocol. 2: the global model travels as "global"
+(no longer as the cluster id 2³¹ − 1), and an update reports `samples_seen`
+instead of `compute_s` (a probe reply reports no time): the server's clock
+times every task. The history is in docs/protocol.md."""

@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from clusterfed.actors import ClientSpec
+from clusterfed.actors import ClientSpec, DeviceProfile, SimClock
+from clusterfed.actors.availability import Schedule
 from clusterfed.actors.faults import FaultyClientSpec
 from clusterfed.actors.privacy import (
     plan_noise_multiplier,
@@ -36,6 +37,7 @@ from clusterfed.errors import ClusterfedError, ScenarioError
 from clusterfed.models import build_model, get_flat
 from clusterfed.protocol import TrainConfig
 from clusterfed.seeding import derive_seed, numpy_rng
+from clusterfed.types import ClientId
 
 from .events import Join
 from .partitions import (
@@ -94,6 +96,20 @@ class RunPlan:
     def groups(self) -> dict[int, int]:
         return {c.id: c.group for c in self.clients}
 
+    def device(self, client_id: int) -> DeviceProfile:
+        """The device the scenario gives a client (`devices`, else `device`):
+        what the run's clock starts it on."""
+        return self.scenario.devices.get(client_id, self.scenario.device)
+
+    def clock(self, availability: Schedule | None = None) -> SimClock:
+        """A fresh simulated clock, the first clients on their devices: the
+        one holder of devices and slowdowns, which the engine then keeps
+        current."""
+        clock = SimClock(availability=availability)
+        for spec in self.clients:
+            clock.profiles[ClientId(spec.id)] = self.device(spec.id)
+        return clock
+
     def client_spec(
         self,
         client_id: int,
@@ -118,7 +134,6 @@ class RunPlan:
             train=split.train.tolist(),
             test=split.test.tolist(),
             seed=derive_seed(s.seed, CLIENT_STREAM, client_id),
-            profile=s.devices.get(client_id, s.device),
             privacy=self.privacy_plan(
                 len(split.train), first_round, f"client {client_id}"
             ),

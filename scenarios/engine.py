@@ -1,10 +1,12 @@
 """Applies a scenario's timeline to a running federation, round by round.
 
 The engine owns what the simulation knows and the server must not: every
-client's spec (data, transform, device), its ground-truth group, who has left,
+client's spec (data, transform), its ground-truth group, who has left,
 crashed or dropped out. Before each round it fires the due events through the
 federation's `Membership`; random choices come from the scenario's event
-stream. `snapshot` and
+stream. Devices are the run's `SimClock`'s: the engine puts each client on
+the device the scenario gives it and changes the clock, not the client, when
+a straggler slows down or a link changes. `snapshot` and
 `restore` carry its position across a checkpoint.
 """
 
@@ -16,9 +18,10 @@ from typing import Any, Protocol, TypedDict
 
 import numpy as np
 
-from clusterfed.actors import ClientSpec
+from clusterfed.actors import ClientSpec, SimClock
 from clusterfed.errors import ConfigError
 from clusterfed.seeding import numpy_rng
+from clusterfed.types import ClientId
 
 from .build import EVENT_STREAM, RunPlan
 from .events import Crash, Drift, Dropout, Join, Leave, Network, Straggle, Target
@@ -71,8 +74,17 @@ class Membership(Protocol):
 
 
 class ScenarioEngine:
-    def __init__(self, plan: RunPlan) -> None:
+    """The timeline of `plan`, fired round by round.
+
+    Args:
+        plan: the run's plan.
+        clock: the run's clock, whose devices the engine keeps current;
+            `plan.clock()` by default.
+    """
+
+    def __init__(self, plan: RunPlan, clock: SimClock | None = None) -> None:
         self.plan = plan
+        self.clock = clock if clock is not None else plan.clock()
         self.timeline = Timeline(plan.scenario.events)
         self.rng = numpy_rng(plan.scenario.seed, EVENT_STREAM)
         self.specs: dict[int, ClientSpec] = {c.id: c for c in plan.clients}
@@ -194,19 +206,15 @@ class ScenarioEngine:
         for cid, back in sorted(self.straggling.items()):
             if back <= round and cid in self.specs:
                 del self.straggling[cid]
-                await self._update(
-                    members, self.specs[cid].model_copy(update={"slowdown": 1.0})
-                )
+                self.clock.straggle(ClientId(cid), 1.0)
         dropped: dict[int, str] = {}
         for occurrence in self.timeline.due(round, sim_time):
             record = await self._apply(members, occurrence, round, dropped)
             if record is not None:
                 applied.append(record)
-        for cid, spec in sorted(self.specs.items()):
-            if (
-                spec.profile.availability < 1
-                and self.rng.random() > spec.profile.availability
-            ):
+        for cid in sorted(self.specs):
+            availability = self.clock.profile(ClientId(cid)).availability
+            if availability < 1 and self.rng.random() > availability:
                 dropped.setdefault(cid, "unavailable this round")
         down = {cid: "crashed" for cid in self.crashed if cid in self.specs}
         members.set_unreachable({**dropped, **down})
@@ -233,15 +241,14 @@ class ScenarioEngine:
                     self.crashed.pop(cid, None)
                     self.straggling.pop(cid, None)
                     await members.remove_client(cid, "scheduled leave")
+                    self.clock.forget(ClientId(cid))
             case Crash(recover_after=after):
                 for cid in targets:
                     self.crashed[cid] = None if after is None else round + after
             case Straggle(factor=factor, rounds=rounds):
                 for cid in targets:
                     self.straggling[cid] = round + rounds
-                    await self._update(
-                        members, self.specs[cid].model_copy(update={"slowdown": factor})
-                    )
+                    self.clock.straggle(ClientId(cid), factor)
                 record["factor"] = factor
             case Dropout(p=p):
                 hit = [cid for cid in targets if self.rng.random() < p]
@@ -249,19 +256,18 @@ class ScenarioEngine:
                     dropped[cid] = "dropped out"
                 record["clients"] = hit
             case Network(latency_s=latency, bandwidth_bps=bandwidth):
+                changes = {
+                    k: v
+                    for k, v in (
+                        ("latency_s", latency),
+                        ("bandwidth_bps", bandwidth),
+                    )
+                    if v is not None
+                }
                 for cid in targets:
-                    profile = self.specs[cid].profile
-                    changes = {
-                        k: v
-                        for k, v in (
-                            ("latency_s", latency),
-                            ("bandwidth_bps", bandwidth),
-                        )
-                        if v is not None
-                    }
-                    new = profile.model_copy(update=changes)
-                    await self._update(
-                        members, self.specs[cid].model_copy(update={"profile": new})
+                    profile = self.clock.profile(ClientId(cid))
+                    self.clock.profiles[ClientId(cid)] = profile.model_copy(
+                        update=changes
                     )
             case Drift():
                 record["groups"] = [
@@ -292,6 +298,7 @@ class ScenarioEngine:
             self.specs[cid] = spec
             self.partition_groups[cid] = taken.partition_group
             self.transform_groups[cid] = transform_group
+            self.clock.profiles[ClientId(cid)] = self.plan.device(cid)
             specs.append(spec)
         await members.add_clients(specs)
         return {"kind": "join", "clients": [s.id for s in specs]}

@@ -48,6 +48,7 @@ from clusterfed.errors import ConfigError
 from clusterfed.protocol import (
     MAX_REASON,
     MAX_TEXT,
+    PROTOCOL_VERSION,
     Envelope,
     ErrorReply,
     JoinRequest,
@@ -288,7 +289,7 @@ def test_a_join_for_a_new_id_registers_no_phantom(mode: str, n_train: int) -> No
         )
         return encode(
             Envelope.model_construct(
-                protocol_version=1,
+                protocol_version=PROTOCOL_VERSION,
                 msg_id=f"client/{phantom}:join",
                 sender=f"client/{phantom}",
                 recipient="server",
@@ -381,10 +382,12 @@ def test_an_update_captured_in_another_run_is_refused_as_stale(
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_huge_compute_times_are_refused_and_the_clock_stays_finite(mode: str) -> None:
+def test_huge_sample_counts_seen_are_refused_and_the_clock_stays_finite(
+    mode: str,
+) -> None:
     def twice(client: ClientId, n: int, reply: bytes) -> bytes:
         if client == HOSTILE and n in (1, 2):
-            return with_payload(compute_s=1.7e308)(reply)
+            return with_payload(samples_seen=2**63)(reply)
         return reply
 
     def fail_twice(client: ClientId, n: int, reply: bytes) -> bytes:
@@ -400,7 +403,7 @@ def test_huge_compute_times_are_refused_and_the_clock_stays_finite(mode: str) ->
         assert at == [1, 2]
     for round in at:
         assert (
-            "compute_s: Input should be less than or equal"
+            "samples_seen: Input should be less than or equal"
             in (outcomes[round].rejections[0])
         )
     assert all(math.isfinite(o.sim_duration) for o in outcomes)
@@ -521,7 +524,8 @@ def test_a_flood_of_empty_maps_is_refused_with_a_short_reason() -> None:
         return reply
 
     async def inbound(server: ParameterServer, client: ClientId, r: int) -> None:
-        raw = {"protocol_version": 1, "msg_id": "x", "sender": "client/2"}
+        raw = {"protocol_version": PROTOCOL_VERSION, "msg_id": "x"}
+        raw["sender"] = "client/2"
         raw |= {"recipient": "server", "round": 1, "in_reply_to": None}
         raw["payload"] = {"kind": "class_histogram", "client_id": 2}
         raw["payload"]["counts"] = [{}] * 100_000

@@ -12,7 +12,6 @@ from clusterfed.algorithms import ClientInfo, ClientUpdate, ServerState, make
 from clusterfed.algorithms import dcfl as dcfl_module
 from clusterfed.algorithms.dcfl import (
     DCFL,
-    GLOBAL_MODEL,
     DCFLDiagnostics,
     DCFLState,
     affinity_clusters,
@@ -20,7 +19,7 @@ from clusterfed.algorithms.dcfl import (
     match_ids,
 )
 from clusterfed.algorithms.distances import METRICS
-from clusterfed.types import ClientId, ClusterId
+from clusterfed.types import GLOBAL, ClientId, ClusterId
 
 DIM = 16
 GROUPS = [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]
@@ -189,16 +188,16 @@ def test_a_newcomer_trains_from_the_global_model_and_joins_the_nearest_cluster()
     assert ClientId(12) not in state.assignment
     w_g = np.mean([state.models[c] for c in sorted(state.models)], axis=0)
     cluster, model = dcfl.model_for(state, ClientId(12))
-    assert cluster == GLOBAL_MODEL and cluster not in state.models
+    assert cluster == GLOBAL and cluster not in state.models
     assert_allclose(model, w_g, rtol=1e-6)
     plans = dcfl.plan_round(state, 4, [ClientInfo(ClientId(12), 10, 4)], rng)
-    assert_allclose(plans[0].models[GLOBAL_MODEL], w_g, rtol=1e-6)
+    assert_allclose(plans[0].models[GLOBAL], w_g, rtol=1e-6)
 
     # it trains from W_G towards group 1's centre; only it reports this round
     target = state.assignment[ClientId(4)]
     end = _centres()[1] + 0.3
     update = ClientUpdate(
-        ClientId(12), GLOBAL_MODEL, "ok", model, (end - model).astype(np.float32), 10
+        ClientId(12), GLOBAL, "ok", model, (end - model).astype(np.float32), 10
     )
     new = dcfl.aggregate(state, 4, [update], rng)
     assert new.assignment[ClientId(12)] == target
@@ -217,9 +216,9 @@ def test_a_failed_newcomer_stays_on_the_global_model() -> None:
     dcfl = DCFL()
     state = dcfl.on_join(_start(dcfl, 3), ClientInfo(ClientId(9), 10, joined_round=2))
     new = dcfl.aggregate(
-        state, 2, [ClientUpdate(ClientId(9), GLOBAL_MODEL, "failed")], _rng()
+        state, 2, [ClientUpdate(ClientId(9), GLOBAL, "failed")], _rng()
     )
-    assert dcfl.model_for(new, ClientId(9))[0] == GLOBAL_MODEL
+    assert dcfl.model_for(new, ClientId(9))[0] == GLOBAL
 
 
 def test_a_cluster_left_empty_is_dropped() -> None:
@@ -463,7 +462,7 @@ def test_a_placed_client_joining_again_late_waits_to_be_placed_again() -> None:
     state = dcfl.on_join(state, ClientInfo(ClientId(1), 10, joined_round=5))
     assert ClientId(1) not in state.assignment
     assert state.pending == {ClientId(1)}
-    assert dcfl.model_for(state, ClientId(1))[0] == GLOBAL_MODEL
+    assert dcfl.model_for(state, ClientId(1))[0] == GLOBAL
 
 
 def test_a_waiting_newcomer_that_leaves_is_forgotten() -> None:
@@ -488,7 +487,7 @@ def test_a_placed_newcomer_no_longer_waits() -> None:
     _, w_g = dcfl.model_for(state, ClientId(6))
     assert w_g.dtype == np.float32  # models travel as float32
     step = (state.models[1] - w_g).astype(np.float32)
-    update = ClientUpdate(ClientId(6), GLOBAL_MODEL, "ok", w_g, step, 10)
+    update = ClientUpdate(ClientId(6), GLOBAL, "ok", w_g, step, 10)
     new = dcfl.aggregate(state, 3, [update], _rng())
     assert new.assignment[ClientId(6)] == 1
     assert new.pending == frozenset()
@@ -503,7 +502,7 @@ def test_when_the_last_client_leaves_the_models_stay_for_newcomers() -> None:
     assert set(state.models) == {1}
     state = dcfl.on_join(state, ClientInfo(ClientId(6), 10, joined_round=4))
     cluster, w_g = dcfl.model_for(state, ClientId(6))
-    assert cluster == GLOBAL_MODEL
+    assert cluster == GLOBAL
     assert_allclose(w_g, np.ones(DIM))
 
 
@@ -527,6 +526,6 @@ def test_placing_an_update_without_its_models_names_the_client() -> None:
     _, w_g = dcfl.model_for(state, ClientId(9))
     delta = np.ones(DIM, dtype=np.float32)
     for base, step in ((w_g, None), (None, delta)):
-        update = ClientUpdate(ClientId(9), GLOBAL_MODEL, "ok", base, step, 10)
+        update = ClientUpdate(ClientId(9), GLOBAL, "ok", base, step, 10)
         with pytest.raises(ValueError, match="the update of client 9 carries no model"):
             dcfl.place_newcomers(state, [update])

@@ -14,12 +14,11 @@ from sklearn.cluster import AffinityPropagation
 from clusterfed.algorithms import ClientInfo, ClientUpdate
 from clusterfed.algorithms.dcfl import (
     DCFL,
-    GLOBAL_MODEL,
     DCFLState,
     affinity_clusters,
     nearest_cluster,
 )
-from clusterfed.types import ClientId, ClusterId
+from clusterfed.types import GLOBAL, ClientId, ClusterId
 
 # Nine points on a line in three groups of three; d = |x − y|.
 LINE = np.array([0.0, 1.0, 2.0, 10.0, 11.0, 12.0, 30.0, 31.0, 32.0])
@@ -344,10 +343,10 @@ def test_an_async_newcomer_is_placed_at_its_first_arrival_and_moves_nothing() ->
     strategy, state = _two_async_clusters(buffer_size=1)
     state = strategy.on_join(state, ClientInfo(ClientId(9), 10, joined_round=3))
     cluster, w_g = strategy.model_for(state, ClientId(9))
-    assert cluster == GLOBAL_MODEL
+    assert cluster == GLOBAL
     assert_allclose(w_g, [0.0, 0.0])
     before = dict(state.models)
-    update = _ok(9, GLOBAL_MODEL, w_g, [0.9, 0.0])
+    update = _ok(9, GLOBAL, w_g, [0.9, 0.0])
     state, moved = strategy.absorb(state, update, 2, np.random.default_rng(0))
     assert not moved
     assert state.assignment[ClientId(9)] == 1 and state.pending == frozenset()

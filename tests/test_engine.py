@@ -26,6 +26,7 @@ from clusterfed.scenarios import (
 )
 from clusterfed.scenarios.build import EVENT_STREAM
 from clusterfed.seeding import numpy_rng
+from clusterfed.types import ClientId
 from helpers import small_scenario
 
 
@@ -121,14 +122,22 @@ def test_a_leave_removes_the_client_with_its_crash_and_straggle() -> None:
     ]
     engine, members = engine_of(events=events)
     step(engine, members, 0)
+    assert engine.clock.slowdowns == {4: 3.0}
     assert step(engine, members, 1) == [{"kind": "leave", "clients": [1, 4]}]
     assert members.removed == [(1, "scheduled leave"), (4, "scheduled leave")]
     assert sorted(engine.specs) == [0, 2, 3, 5]
     assert engine.crashed == {} and engine.straggling == {}
     assert members.unreachable[-1] == {}
+    # The clock forgets the leavers' devices and slowdowns.
+    assert engine.clock.slowdowns == {} and sorted(engine.clock.profiles) == [
+        0,
+        2,
+        3,
+        5,
+    ]
     for r in range(2, 7):
         step(engine, members, r)
-    assert [s.id for s in members.updated] == [4]  # slowed once, never restored
+    assert members.updated == []
 
 
 def test_an_event_whose_targets_have_all_left_applies_to_nobody() -> None:
@@ -152,23 +161,21 @@ def test_a_crashed_client_that_left_is_no_longer_reported_down() -> None:
 def test_a_straggler_is_slowed_for_its_rounds_then_back_to_normal() -> None:
     events = [Straggle(start=1, target=3, factor=4, rounds=2)]
     engine, members = engine_of(events=events)
+    spec = engine.specs[3]
     applied = [step(engine, members, r) for r in range(5)]
     assert applied[1] == [{"kind": "straggle", "clients": [3], "factor": 4}]
     assert applied[2:] == [[], [], []]
-    assert [(s.id, s.slowdown) for s in members.updated] == [(3, 4.0), (3, 1.0)]
-    assert len(members.updated) == 2
-    assert engine.specs[3].slowdown == 1.0 and engine.straggling == {}
+    # The clock holds the slowdown: no hosted client is updated.
+    assert members.updated == [] and engine.specs[3] is spec
+    assert engine.clock.slowdown(ClientId(3)) == 1.0 and engine.straggling == {}
     # the rounds it straggles: 1 and 2; back to normal before round 3
     engine, members = engine_of(events=events)
     for r in range(3):
         step(engine, members, r)
-    assert engine.specs[3].slowdown == 4.0 and engine.straggling == {3: 3}
+    assert engine.clock.slowdown(ClientId(3)) == 4.0 and engine.straggling == {3: 3}
+    assert engine.clock.slowdowns == {3: 4.0}
     step(engine, members, 3)
-    assert engine.specs[3].slowdown == 1.0
-    # the rest of the spec is kept
-    assert engine.specs[3].model_dump(exclude={"slowdown"}) == (
-        members.updated[0].model_dump(exclude={"slowdown"})
-    )
+    assert engine.clock.slowdown(ClientId(3)) == 1.0 and engine.clock.slowdowns == {}
 
 
 def test_dropout_at_p_one_drops_every_target_and_at_p_zero_none() -> None:
@@ -238,7 +245,7 @@ def test_a_network_event_changes_only_the_link_settings_it_names() -> None:
     ]
     links = {
         c: (p.latency_s, p.bandwidth_bps, p.samples_per_s)
-        for c, p in ((c, engine.specs[c].profile) for c in (2, 3, 4, 5))
+        for c, p in ((c, engine.clock.profile(ClientId(c))) for c in (2, 3, 4, 5))
     }
     assert links == {
         2: (0.5, 10.0, default.samples_per_s),
@@ -246,7 +253,7 @@ def test_a_network_event_changes_only_the_link_settings_it_names() -> None:
         4: (0.0, 7.0, default.samples_per_s),
         5: (default.latency_s, default.bandwidth_bps, default.samples_per_s),
     }
-    assert [s.id for s in members.updated] == [2, 2, 3, 4]
+    assert members.updated == []  # a link is the clock's, not the client's
 
 
 def test_targets_name_everyone_a_group_or_listed_ids_still_present() -> None:

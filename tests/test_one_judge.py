@@ -138,6 +138,10 @@ def hostile_refusals(outcomes: list[RoundOutcome]) -> list[str]:
         (lambda p, d: p.update(delta=d[:-1]), "delta has shape"),
         (lambda p, d: p.update(delta=d * 1e3), "above max_update_norm = 50"),
         (lambda p, d: p.update(cluster=7), "update for cluster 7, which was not sent"),
+        (
+            lambda p, d: p.update(cluster="global"),
+            "update for the global model, which was not sent",
+        ),
     ],
     ids=[
         "more samples than n_train",
@@ -147,6 +151,7 @@ def hostile_refusals(outcomes: list[RoundOutcome]) -> list[str]:
         "short delta",
         "over the norm bound",
         "unsent cluster",
+        "global model not sent",
     ],
 )
 def test_a_lie_is_refused_alike_in_sync_and_async_mode(
@@ -172,10 +177,19 @@ def test_a_lie_is_refused_alike_in_sync_and_async_mode(
         (lambda p, d: p.update(n_samples="12"), "Input should be a valid integer"),
         (lambda p, d: p.update(n_samples=4.0), "Input should be a valid integer"),
         (lambda p, d: p.update(delta=np.full_like(d, np.nan)), "NaN"),
-        (lambda p, d: p.update(compute_s=1e300), "compute_s"),
+        (lambda p, d: p.update(compute_s=0.0), "compute_s"),
+        (lambda p, d: p.update(samples_seen=2**31), "less than or equal"),
         (lambda p, d: p.update(admin=True), "admin"),
     ],
-    ids=["2**63 samples", "count as text", "count as float", "NaN", "eon", "field"],
+    ids=[
+        "2**63 samples",
+        "count as text",
+        "count as float",
+        "NaN",
+        "a claimed compute time",
+        "2**31 samples seen",
+        "field",
+    ],
 )
 def test_a_malformed_update_is_refused_alike_in_sync_and_async_mode(
     mode: str, forge: Forge, reason: str

@@ -58,7 +58,7 @@ PAYLOADS = [
         delta=WEIGHTS * 0.5,
         n_samples=40,
         loss=0.7,
-        compute_s=0.2,
+        samples_seen=80,
         epsilon=3.25,
     ),
     EvaluateTask(model=ClusterModel(cluster=0, weights=WEIGHTS)),
@@ -77,7 +77,6 @@ PAYLOADS = [
             ProbeScore(owner=9, accuracy=0.5, loss=1.2),
         ),
         n_samples=12,
-        compute_s=0.05,
     ),
     ErrorReply(code="refused", message="no"),
     Shutdown(reason="done"),
@@ -151,7 +150,7 @@ def test_tensors_keep_dtype_shape_and_bytes(array: np.ndarray) -> None:
 
 
 def test_an_update_without_dp_carries_no_epsilon() -> None:
-    reply = UpdateReply(cluster=0, delta=WEIGHTS, n_samples=1, loss=0.0, compute_s=0.0)
+    reply = UpdateReply(cluster=0, delta=WEIGHTS, n_samples=1, loss=0.0, samples_seen=1)
     assert decode(encode(envelope(reply))).payload.epsilon is None
     spent = reply.model_copy(update={"epsilon": 9.5})
     assert decode(encode(envelope(spent))).payload.epsilon == 9.5
@@ -159,7 +158,7 @@ def test_an_update_without_dp_carries_no_epsilon() -> None:
 
 def test_update_delta_comes_back_bit_for_bit() -> None:
     delta = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
-    reply = UpdateReply(cluster=0, delta=delta, n_samples=1, loss=0.0, compute_s=0.0)
+    reply = UpdateReply(cluster=0, delta=delta, n_samples=1, loss=0.0, samples_seen=1)
     back = decode(encode(envelope(reply))).payload
     assert back.delta.dtype == np.float32
     assert back.delta.tobytes() == delta.tobytes()
@@ -262,7 +261,7 @@ PROBE_REPLY = next(p for p in PAYLOADS if p.kind == "probe_reply")
             ),
             "loss",
         ),
-        (pack(_raw(PROBE_REPLY, compute_s=-1.0)), "compute_s"),
+        (pack(_raw(PROBE_REPLY, compute_s=0.05)), "compute_s"),
     ],
     ids=[
         "negative count",
@@ -276,7 +275,7 @@ PROBE_REPLY = next(p for p in PAYLOADS if p.kind == "probe_reply")
         "negative owner",
         "accuracy over 1",
         "NaN loss",
-        "negative compute",
+        "a claimed compute time",
     ],
 )
 def test_malformed_histograms_and_probes_are_refused(data: bytes, named: str) -> None:
@@ -383,7 +382,7 @@ def _update_raw(**payload: object) -> dict[str, object]:
                 recipient="server",
                 round=2,
                 payload=UpdateReply(
-                    cluster=0, delta=WEIGHTS, n_samples=40, loss=0.5, compute_s=0.1
+                    cluster=0, delta=WEIGHTS, n_samples=40, loss=0.5, samples_seen=40
                 ),
             )
         ),
@@ -407,8 +406,14 @@ def _update_raw(**payload: object) -> dict[str, object]:
         ("loss", "0.5"),
         ("loss", True),
         ("loss", -1e308),
-        ("compute_s", 1.7e308),
-        ("compute_s", "0.1"),
+        ("cluster", "Global"),
+        ("cluster", True),
+        ("cluster", 2**31),
+        ("samples_seen", 2**31),
+        ("samples_seen", -1),
+        ("samples_seen", "40"),
+        ("samples_seen", 40.0),
+        ("compute_s", 0.1),
         ("epsilon", 1e308),
     ],
 )

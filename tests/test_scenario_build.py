@@ -192,12 +192,14 @@ def test_each_client_spec_carries_its_faults_device_and_transform() -> None:
         ClientSpec,
     ]
     assert specs[1].faults == (FaultPlan(behaviour="nan", start=2),)  # type: ignore[attr-defined]
-    assert [c.profile for c in specs] == [
+    # A device is the run's clock's, given by the plan; no spec holds one.
+    assert [plan.device(c.id) for c in specs] == [
         DeviceProfile(),
         DeviceProfile(),
         slow,
         DeviceProfile(),
     ]
+    assert all("profile" not in c.model_dump() for c in specs)
     assert [c.rotation for c in specs] == [0.0, 90.0, 0.0, 90.0]  # dealt in turn
     assert plan.transform_groups == {0: 0, 1: 1, 2: 0, 3: 1}
     assert all(c.dataset_root == "/nowhere" for c in specs)

@@ -85,3 +85,33 @@ def test_the_schema_refuses_what_decode_refuses(samples: dict[str, bytes]) -> No
     ]
     for instance in broken:
         assert list(validator.iter_errors(json.loads(json.dumps(instance))))
+
+
+def test_protocol_2_names_the_global_model_and_carries_no_compute_time() -> None:
+    schema = json_schema()
+    assert schema["$id"] == "urn:clusterfed:protocol:2:envelope"
+    defs = schema["$defs"]
+    for kind, field in (
+        ("ClusterModel", "cluster"),
+        ("UpdateReply", "cluster"),
+        ("EvaluateReply", "cluster"),
+    ):
+        options = defs[kind]["properties"][field]["anyOf"]
+        assert {"const": "global", "type": "string"} in options
+        ids = next(o for o in options if o.get("type") == "integer")
+        assert (ids["minimum"], ids["maximum"]) == (0, 2**31 - 1)
+    update = defs["UpdateReply"]["properties"]
+    assert "compute_s" not in update and "compute_s" not in defs["ProbeReply"]
+    assert "samples_seen" in defs["UpdateReply"]["required"]
+    assert update["samples_seen"]["maximum"] == 2**31 - 1
+
+
+def test_the_schema_refuses_another_name_for_a_model(
+    samples: dict[str, bytes],
+) -> None:
+    validator = jsonschema.Draft202012Validator(json_schema())
+    update = to_json_form(samples["update_reply"])
+    for cluster, valid in (("global", True), (3, True), ("Global", False), (-1, False)):
+        instance = {**update, "payload": {**update["payload"], "cluster": cluster}}
+        errors = list(validator.iter_errors(instance))
+        assert (not errors) is valid, (cluster, errors)

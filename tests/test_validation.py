@@ -56,7 +56,9 @@ def test_a_client_address_names_its_id_and_nothing_else_does() -> None:
 
 def update(cluster: int = 0) -> UpdateReply:
     delta = np.zeros(2, np.float32)
-    return UpdateReply(cluster=cluster, delta=delta, n_samples=1, loss=0.5, compute_s=0)
+    return UpdateReply(
+        cluster=cluster, delta=delta, n_samples=1, loss=0.5, samples_seen=1
+    )
 
 
 def request(seq: int, client: int = 1, round: int = 1) -> Envelope:
@@ -305,7 +307,7 @@ def update_of(
         delta=np.asarray(delta, np.float32),
         n_samples=n_samples,
         loss=0.1,
-        compute_s=0.0,
+        samples_seen=n_samples,
     )
 
 
@@ -359,7 +361,9 @@ REFUSED_UPDATES: dict[str, tuple[Message, TaskPlan, float | None, str]] = {
         "delta has shape (3,), the model has 4 weights",
     ),
     "float64": (
-        UpdateReply(cluster=0, delta=np.zeros(4), n_samples=1, loss=0.1, compute_s=0.0),
+        UpdateReply(
+            cluster=0, delta=np.zeros(4), n_samples=1, loss=0.1, samples_seen=1
+        ),
         plan(ZEROS),
         None,
         "delta dtype float64, expected float32",
@@ -462,7 +466,7 @@ def test_an_evaluation_is_of_the_cluster_asked() -> None:
 
 def probe_reply(*owners: int) -> ProbeReply:
     scores = tuple(ProbeScore(owner=o, accuracy=0.5, loss=0.1) for o in owners)
-    return ProbeReply(scores=scores, n_samples=3, compute_s=0.0)
+    return ProbeReply(scores=scores, n_samples=3)
 
 
 def test_a_probe_reply_scores_the_models_sent_in_any_order() -> None:
