@@ -263,6 +263,7 @@ class Round:
             delta=reply.delta,
             n_samples=n_samples,
             loss=reply.loss,
+            importance=reply.importance,
         )
 
 

@@ -29,6 +29,7 @@ from typing import (
     Protocol,
     Self,
     TypeVar,
+    runtime_checkable,
 )
 
 import numpy as np
@@ -141,6 +142,9 @@ class ClientUpdate:
     loss: float | None = None
     reason: str | None = None
     peer_scores: Mapping[ClientId, PeerScore] = field(default_factory=dict)
+    importance: tuple[float, ...] | None = None
+    """An importance policy's weights (FedSoft's), one per model sent in the
+    task's order, summing to 1; None for any other task."""
 
     @property
     def ok(self) -> bool:
@@ -514,6 +518,58 @@ class IdentityPolicy(ABC):
         self, probe: ClientProbe, candidates: Sequence[Candidate], round: int
     ) -> ModelKey:
         """The candidate (its `cluster`) whose model the client trains."""
+
+
+@runtime_checkable
+class SampleLossProbe(ClientProbe, Protocol):
+    """What an importance policy asks of the client's data: a loss per sample."""
+
+    def sample_losses(self, weights: np.ndarray) -> np.ndarray:
+        """The loss of `weights` on each training sample, in sample order."""
+        ...
+
+
+class ImportancePolicy(IdentityPolicy):
+    """A client policy that weighs every candidate instead of picking one
+    (soft clustering: FedSoft's).
+
+    The client trains from the candidate it weighs most (ties: the first),
+    with a proximal term c/2·‖w − candidate‖² toward each candidate, c given
+    by `proximal`, and returns the weights with its update
+    (`UpdateReply.importance`, `ClientUpdate.importance`); the server refuses
+    an update of such a task without them."""
+
+    @abstractmethod
+    def importance(
+        self, probe: SampleLossProbe, candidates: Sequence[Candidate]
+    ) -> tuple[float, ...]:
+        """One weight per candidate, in candidate order, summing to 1."""
+
+    @abstractmethod
+    def proximal(self, importance: Sequence[float]) -> tuple[float, ...]:
+        """The proximal coefficient toward each candidate."""
+
+    def choose(
+        self, probe: ClientProbe, candidates: Sequence[Candidate], round: int
+    ) -> ModelKey:
+        """The candidate weighed most (ties: the first)."""
+        if not isinstance(probe, SampleLossProbe):
+            raise TypeError(f"{self.name} needs a probe with sample_losses")
+        weights = self.importance(probe, candidates)
+        return candidates[heaviest(weights)].cluster
+
+
+def heaviest(importance: Sequence[float]) -> int:
+    """The index of the largest weight (ties: the first)."""
+    return int(np.argmax(np.asarray(importance, dtype=np.float64)))
+
+
+def reports_importance(identity: str | None) -> bool:
+    """Whether the identity rule `identity` names is an importance policy."""
+    from .registry import identity_policies  # the registry imports this module
+
+    policy = identity_policies().get(identity) if identity else None
+    return policy is not None and issubclass(policy, ImportancePolicy)
 
 
 def _owner(cls: type, name: str) -> type:

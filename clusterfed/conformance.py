@@ -43,6 +43,7 @@ from clusterfed.algorithms import (
     Strategy,
     TaskPlan,
     make,
+    reports_importance,
 )
 from clusterfed.algorithms.base import streams
 from clusterfed.algorithms.diagnostics import PlainDiagnostics, as_diagnostics
@@ -80,11 +81,29 @@ def _updates(plans: Sequence[TaskPlan], ok: bool = True) -> list[ClientUpdate]:
         if ok:
             delta = (rng.standard_normal(DIM) * 0.1).astype(np.float32)
             updates.append(
-                ClientUpdate(plan.client, cluster, "ok", base, delta, 20, 1.0)
+                ClientUpdate(
+                    plan.client,
+                    cluster,
+                    "ok",
+                    base,
+                    delta,
+                    20,
+                    1.0,
+                    importance=_importance(plan),
+                )
             )
         else:
             updates.append(ClientUpdate(plan.client, cluster, "failed", reason="down"))
     return updates
+
+
+def _importance(plan: TaskPlan) -> tuple[float, ...] | None:
+    """For a task whose rule reports importance (FedSoft's), as the server
+    requires: all the weight on the model trained (the first sent), so that
+    a zero delta leaves every model where it was; else None."""
+    if not reports_importance(plan.identity):
+        return None
+    return (1.0,) + (0.0,) * (len(plan.models) - 1)
 
 
 def _histograms(clients: Sequence[ClientInfo]) -> dict[ClientId, np.ndarray]:
