@@ -97,6 +97,8 @@ BUILTIN: dict[str, Callable[[], Scenario]] = {
     "fesem-rotated-fmnist": baselines.fesem_rotated_fmnist,
     "pacfl-labels": baselines.pacfl_labels,
     "pacfl-labels-fmnist": baselines.pacfl_labels_fmnist,
+    "fedsoft-rotated": baselines.fedsoft_rotated,
+    "fedsoft-rotated-fmnist": baselines.fedsoft_rotated_fmnist,
     # The clustered-FL benchmark's settings (bench/benchmark.py; Fashion-MNIST).
     "bench-rotations-fmnist": benchmark.rotations,
     "bench-label-groups-fmnist": benchmark.label_groups,
