@@ -22,6 +22,7 @@ from clusterfed.data import load_dataset
 from clusterfed.protocol import (
     ClassHistogram,
     ClusterfedError,
+    DataSubspace,
     DescribeTask,
     Envelope,
     ErrorReply,
@@ -274,7 +275,6 @@ class Client:
                     loss=result.loss,
                     samples_seen=result.samples_seen,
                     epsilon=result.epsilon,
-                    importance=result.importance,
                 )
             case EvaluateTask(model=model):
                 scores = self.trainer.evaluate(model.weights)
@@ -303,6 +303,11 @@ class Client:
                 ).n_classes
                 counts = work.class_histogram(self.trainer, n_classes)
                 return ClassHistogram(client_id=self.id, counts=tuple(counts))
+            case DescribeTask(
+                want="data_subspace", n_basis=int(n_basis), per_class=bool(per_class)
+            ):
+                basis = work.data_subspace(self.trainer, n_basis, per_class)
+                return DataSubspace(client_id=self.id, basis=basis)
             case Shutdown():
                 self.stopped = True
                 return Shutdown(reason="acknowledged")

@@ -18,10 +18,14 @@ from clusterfed.algorithms import (
     PeerScore,
     ProbePlan,
     TaskPlan,
+    Want,
 )
+from clusterfed.algorithms.base import SubspaceRequest
 from clusterfed.protocol import (
+    MAX_BASIS,
     ClassHistogram,
     ClusterModel,
+    DataSubspace,
     DescribeTask,
     EvaluateReply,
     EvaluateTask,
@@ -36,7 +40,12 @@ from .courier import Courier
 from .outcome import Exchange
 from .round import Round, Settled, after_deadline, on_time
 from .tasks import probe_tasks, train_tasks
-from .validation import check_evaluation, check_histogram, check_probe
+from .validation import (
+    check_evaluation,
+    check_histogram,
+    check_probe,
+    check_subspace,
+)
 
 
 def duration(
@@ -63,41 +72,88 @@ def _prefixed(exchange: Exchange, phase: str) -> Exchange:
     return exchange
 
 
+def describe_task(want: Want, subspace: SubspaceRequest) -> DescribeTask:
+    """The task that asks a client for `want` (a data subspace as `subspace`
+    says)."""
+    if want == "data_subspace":
+        return DescribeTask(
+            want="data_subspace",
+            n_basis=subspace.n_basis,
+            per_class=subspace.per_class,
+        )
+    return DescribeTask(want="class_histogram")
+
+
 async def describe(
     courier: Courier,
     clock: SimClock,
     round: Round,
     todo: Sequence[ClientId],
+    task: DescribeTask,
     n_classes: int | None,
+    n_features: int | None = None,
 ) -> tuple[dict[ClientId, np.ndarray], set[ClientId], float]:
-    """Ask `todo` for their class histograms. Returns the accepted ones, the
+    """Ask `todo` for the description `task` wants. Returns the accepted ones
+    (class histograms as int64 counts, data subspaces as float32 d × k), the
     clients that count as described (answered, or refused: not asked again),
     and the phase's length."""
-    task = DescribeTask(want="class_histogram")
     exchanges = await courier.round_trip(
         [(c, task) for c in todo], round.number, round.members
     )
-    histograms: dict[ClientId, np.ndarray] = {}
+    descriptions: dict[ClientId, np.ndarray] = {}
     described: set[ClientId] = set()
     durations = []
     for client, exchange in zip(todo, exchanges, strict=True):
         if exchange.status == "ok" and exchange.reply is not None:
             reply = exchange.reply.payload
             declared = round.members.get(client)
-            problem = check_histogram(
-                reply, client, n_classes, declared.n_train if declared else None
+            found = _description(
+                reply,
+                client,
+                task,
+                n_classes,
+                n_features,
+                declared.n_train if declared else None,
             )
-            if problem is None and isinstance(reply, ClassHistogram):
-                histograms[client] = np.asarray(reply.counts, dtype=np.int64)
-                n_classes = len(reply.counts)  # when the scenario did not say
+            if isinstance(found, str):
+                exchange = replace(exchange, status="rejected", reason=found)
             else:
-                exchange = replace(exchange, status="rejected", reason=problem)
+                descriptions[client] = found
+                if task.want == "class_histogram":
+                    n_classes = len(found)  # when the scenario did not say
         exchange = _prefixed(exchange, "describe")
         round.book(client, exchange)
         if exchange.status != "failed":
             described.add(client)
         durations.append(duration(clock, client, exchange))
-    return histograms, described, _slowest(durations)
+    return descriptions, described, _slowest(durations)
+
+
+def _description(
+    reply: Message,
+    client: ClientId,
+    task: DescribeTask,
+    n_classes: int | None,
+    n_features: int | None,
+    n_train: int | None,
+) -> np.ndarray | str:
+    """What an answer to `task` describes, or why it is refused."""
+    if task.want == "data_subspace":
+        n_basis = task.n_basis or 1
+        if not task.per_class:
+            most = n_basis
+        elif n_classes is not None:
+            most = n_basis * n_classes
+        else:
+            most = MAX_BASIS
+        problem = check_subspace(reply, client, n_features, most)
+        if problem is None and isinstance(reply, DataSubspace):
+            return np.array(reply.basis, dtype=np.float32)  # not a view of the bytes
+    else:
+        problem = check_histogram(reply, client, n_classes, n_train)
+        if problem is None and isinstance(reply, ClassHistogram):
+            return np.asarray(reply.counts, dtype=np.int64)
+    return problem or f"unexpected {reply.kind!r}"
 
 
 async def train(

@@ -81,6 +81,8 @@ class ParameterServer(Membership):
         n_classes: the dataset's class count (from the scenario): a class
             histogram of another length is refused. None: the first
             accepted histogram's length.
+        n_features: the model's input size (from the scenario): a data
+            subspace of another row count is refused. None: not checked.
     """
 
     def __init__(
@@ -100,6 +102,7 @@ class ParameterServer(Membership):
         max_weight_ratio: float | None = None,
         max_in_flight: int | None = None,
         n_classes: int | None = None,
+        n_features: int | None = None,
     ) -> None:
         models = [np.asarray(m, dtype=np.float32) for m in initial_models]
         self.strategy = strategy
@@ -133,6 +136,7 @@ class ParameterServer(Membership):
         # rows and never enter the run's metrics (mean accuracy, epsilon_max).
         self.faulty: set[ClientId] = set()
         self.n_classes = n_classes
+        self.n_features = n_features
 
     # -- the round ------------------------------------------------------------
 
@@ -302,28 +306,31 @@ class ParameterServer(Membership):
         )
 
     async def _describe(self, active: Sequence[ClientInfo], books: Round) -> float:
-        """Ask the clients not yet described for what the strategy wants; hand
-        the accepted histograms to the strategy. Returns the phase's length.
+        """Ask the clients not yet described for what the strategy wants (a
+        class histogram or a data subspace); hand the accepted descriptions to
+        the strategy. Returns the phase's length.
 
         Only a strategy whose `wants` names a description gets one: for any
         other, no client is asked and none sends anything about its data. A
         client that does not answer is asked again next round; one whose
         answer is refused is not.
         """
-        if "class_histogram" not in self.strategy.wants:
+        if not self.strategy.wants:
             return 0.0
         todo = [c.id for c in active if c.id not in self.described]
         if not todo:
             return 0.0
-        histograms, described, length = await phases.describe(
-            self.courier, self.clock, books, todo, self.n_classes
+        want = self.strategy.wants[0]  # one at most (Strategy checks it)
+        task = phases.describe_task(want, self.strategy.subspace)
+        descriptions, described, length = await phases.describe(
+            self.courier, self.clock, books, todo, task, self.n_classes, self.n_features
         )
         self.described |= described
-        if histograms:
-            if self.n_classes is None:
-                self.n_classes = len(next(iter(histograms.values())))
+        if descriptions:
+            if want == "class_histogram" and self.n_classes is None:
+                self.n_classes = len(next(iter(descriptions.values())))
             self.state = self.strategy.on_describe(
-                self.state, books.number, histograms, self.rng
+                self.state, books.number, descriptions, self.rng
             )
         return length
 

@@ -38,15 +38,10 @@ from typing import Any, TypedDict
 
 import numpy as np
 
-from clusterfed.algorithms import (
-    ClientInfo,
-    ProbePlan,
-    ServerState,
-    TaskPlan,
-    reports_importance,
-)
+from clusterfed.algorithms import ClientInfo, ProbePlan, ServerState, TaskPlan
 from clusterfed.protocol import (
     ClassHistogram,
+    DataSubspace,
     Envelope,
     EvaluateReply,
     JoinRequest,
@@ -59,11 +54,16 @@ from clusterfed.types import ClientId, ClusterId, model_key
 
 _CLIENT = re.compile(r"^client/(\d+)$")
 REPLY_KINDS = frozenset(
-    {"update_reply", "evaluate_reply", "probe_reply", "class_histogram", "error"}
+    {
+        "update_reply",
+        "evaluate_reply",
+        "probe_reply",
+        "class_histogram",
+        "data_subspace",
+        "error",
+    }
 )
 FLOAT32_MAX = float(np.finfo(np.float32).max)
-IMPORTANCE_TOLERANCE = 1e-6
-"""How far from 1 a client's importance weights may sum (float rounding)."""
 
 SAMPLES_SEEN_SLACK = 4
 """How many times its n_train × epochs a client may have trained on.
@@ -241,8 +241,6 @@ def check_update(
         return (
             f"delta has shape {payload.delta.shape}, the model has {n_weights} weights"
         )
-    if (problem := importance_problem(payload, plan)) is not None:
-        return problem
     if payload.delta.dtype != np.float32:
         return f"delta dtype {payload.delta.dtype}, expected float32"
     if n_train is not None and not 1 <= payload.n_samples <= n_train:
@@ -286,33 +284,6 @@ def check_update(
     return None
 
 
-def importance_problem(payload: UpdateReply, plan: TaskPlan) -> str | None:
-    """Why an update's importance weights do not fit its task, or None.
-
-    A task whose identity rule is an importance policy (FedSoft's) is
-    answered with one weight per model sent, summing to 1; any other task
-    with none."""
-    wanted = reports_importance(plan.identity)
-    weights = payload.importance
-    if weights is None:
-        if wanted:
-            return f"no importance weights, which the {plan.identity} rule reports"
-        return None
-    if not wanted:
-        return "importance weights for a task that asked for none"
-    if len(weights) != len(plan.models):
-        return (
-            f"{len(weights)} importance weights for the {len(plan.models)} models sent"
-        )
-    total = math.fsum(weights)
-    if not abs(total - 1) <= IMPORTANCE_TOLERANCE:
-        return (
-            f"importance weights sum to {total:.9g}, not 1"
-            f" (within {IMPORTANCE_TOLERANCE:g})"
-        )
-    return None
-
-
 def _model(name: int | str) -> str:
     """A model as a reason names it: "cluster 3", or "the global model"."""
     return f"cluster {name}" if isinstance(name, int) else f"the {name} model"
@@ -353,6 +324,35 @@ def check_histogram(
         return (
             f"class histogram counts {total} samples, the client's n_train is {n_train}"
         )
+    return None
+
+
+UNIT_TOLERANCE = 1e-3
+"""How far from 1 the norm of a data subspace's vector may be (float32 SVD
+vectors are unit to about 1e-6)."""
+
+
+def check_subspace(
+    payload: Message, client: ClientId, n_features: int | None, max_vectors: int
+) -> str | None:
+    """Why a data subspace is refused: `n_features` is the model's input
+    size, `max_vectors` the most vectors the task asked for (n_basis for each
+    class of the dataset, or n_basis)."""
+    if not isinstance(payload, DataSubspace):
+        return f"expected a data_subspace, got {payload.kind!r}"
+    if payload.client_id != client:
+        return f"data subspace of client {payload.client_id}, asked client {client}"
+    rows, columns = payload.basis.shape
+    if n_features is not None and rows != n_features:
+        return f"data subspace of {rows} features, the model's input has {n_features}"
+    if columns > max_vectors:
+        return (
+            f"data subspace of {columns} vectors, the task asked at most {max_vectors}"
+        )
+    norms = np.sqrt(np.square(payload.basis, dtype=np.float64).sum(axis=0))
+    worst = int(np.argmax(np.abs(norms - 1)))
+    if abs(norms[worst] - 1) > UNIT_TOLERANCE:
+        return f"data subspace vector {worst} has norm {norms[worst]:.4g}, not 1"
     return None
 
 

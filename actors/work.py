@@ -12,17 +12,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from clusterfed.algorithms import (
-    Candidate,
-    ImportancePolicy,
-    heaviest,
-    make_policy,
-)
+from clusterfed.algorithms import Candidate, make_policy
 from clusterfed.errors import ClusterfedError
 from clusterfed.protocol import MAX_LOSS, IdentityRule, TrainConfig
 from clusterfed.types import ModelKey
 
-from .trainer import Anchor, LocalTrainer, TrainResult
+from .trainer import LocalTrainer, TrainResult
 
 
 class Diverged(ClusterfedError):
@@ -37,27 +32,15 @@ def train(
     config: TrainConfig,
     round: int,
 ) -> tuple[ModelKey, TrainResult]:
-    """Pick a candidate (by the identity policy, if several) and train it.
-
-    An importance policy (FedSoft's) weighs every candidate, even a single
-    one: the client trains from the one it weighs most, pulled toward each by
-    the policy's proximal coefficients, and the weights go back with the
-    result."""
+    """Pick a candidate (by the identity policy, if several) and train it."""
     trainer.check_budget(config)  # refuse before probing, not only before training
     chosen = candidates[0]
     probe = _Probe(trainer, config.batch_size)
-    policy = make_policy(identity.name, identity.params) if identity else None
-    importance: tuple[float, ...] | None = None
-    anchors: list[Anchor] = []
-    if isinstance(policy, ImportancePolicy):
-        importance = policy.importance(probe, candidates)
-        chosen = candidates[heaviest(importance)]
-        pulls = policy.proximal(importance)
-        anchors = [(c.weights, k) for c, k in zip(candidates, pulls, strict=True)]
-    elif policy is not None and len(candidates) > 1:
+    if identity is not None and len(candidates) > 1:
+        policy = make_policy(identity.name, identity.params)
         cluster = policy.choose(probe, candidates, round)
         chosen = next(c for c in candidates if c.cluster == cluster)
-    result = trainer.train(chosen.weights, config, round, anchors)
+    result = trainer.train(chosen.weights, config, round)
     check_loss(result.loss, "training")
     if not np.isfinite(result.delta).all():
         raise Diverged(
@@ -65,9 +48,7 @@ def train(
         )
     # Probing costs simulated compute too: count its samples like training's.
     return chosen.cluster, replace(
-        result,
-        samples_seen=result.samples_seen + probe.samples,
-        importance=importance,
+        result, samples_seen=result.samples_seen + probe.samples
     )
 
 
@@ -87,6 +68,20 @@ def class_histogram(trainer: LocalTrainer, n_classes: int) -> list[int]:
     return [int(n) for n in np.bincount(labels, minlength=n_classes)]
 
 
+def data_subspace(trainer: LocalTrainer, n_basis: int, per_class: bool) -> np.ndarray:
+    """The first `n_basis` left singular vectors of the client's training data
+    (one flattened sample per column, as it trains on them: after any
+    rotation, not centred), of each class it holds in its labels' order, the
+    blocks side by side, or of all of it: float32, d × k. A class of fewer
+    samples gives as many vectors. The description PACFL asks for; it sends
+    directions, never a sample."""
+    x = trainer.x_train.reshape(trainer.n_train, -1).numpy().astype(np.float64)
+    labels = trainer.y_train.numpy()
+    parts = [x[labels == c] for c in np.unique(labels)] if per_class else [x]
+    blocks = [np.linalg.svd(p.T, full_matrices=False)[0][:, :n_basis] for p in parts]
+    return np.hstack(blocks).astype(np.float32)
+
+
 class _Probe:
     """The client's data as an identity policy may see it (a `ClientProbe`)."""
 
@@ -98,10 +93,6 @@ class _Probe:
     def loss(self, weights: np.ndarray) -> float:
         self.samples += self.trainer.n_train
         return self.trainer.loss(weights)
-
-    def sample_losses(self, weights: np.ndarray) -> np.ndarray:
-        self.samples += self.trainer.n_train
-        return self.trainer.sample_losses(weights)
 
     def batch_loss_and_gradient(
         self, weights: np.ndarray, round: int

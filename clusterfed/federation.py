@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -89,6 +90,7 @@ def build_server(
         max_update_ratio=s.max_update_ratio,
         max_weight_ratio=s.max_weight_ratio,
         n_classes=plan.dataset.n_classes,
+        n_features=math.prod(plan.dataset.input_shape),
     )
 
 

@@ -19,6 +19,7 @@ from .codec import (
 from .errors import ClusterfedError, ProtocolError
 from .messages import (
     GLOBAL_MODEL,
+    MAX_BASIS,
     MAX_CLASSES,
     MAX_COUNT,
     MAX_EPSILON,
@@ -29,6 +30,7 @@ from .messages import (
     MESSAGE_KINDS,
     ClassHistogram,
     ClusterModel,
+    DataSubspace,
     DescribeTask,
     Envelope,
     ErrorReply,
@@ -48,11 +50,12 @@ from .messages import (
     UpdateReply,
     Welcome,
 )
-from .tensor import FlatVector, Tensor
+from .tensor import FlatVector, FloatMatrix, Tensor
 from .version import PROTOCOL_VERSION
 
 __all__ = [
     "GLOBAL_MODEL",
+    "MAX_BASIS",
     "MAX_CLASSES",
     "MAX_COUNT",
     "MAX_EPSILON",
@@ -67,6 +70,7 @@ __all__ = [
     "ClassHistogram",
     "ClusterModel",
     "ClusterfedError",
+    "DataSubspace",
     "Encoder",
     "DescribeTask",
     "Envelope",
@@ -74,6 +78,7 @@ __all__ = [
     "EvaluateReply",
     "EvaluateTask",
     "FlatVector",
+    "FloatMatrix",
     "IdentityRule",
     "JoinRequest",
     "LeaveNotice",

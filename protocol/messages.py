@@ -10,9 +10,17 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    model_validator,
+)
 
-from .tensor import FlatVector
+from .tensor import FlatVector, FloatMatrix
 from .version import PROTOCOL_VERSION
 
 MAX_COUNT = 2**31 - 1
@@ -23,6 +31,9 @@ MAX_EPSILON = 1e6
 """The largest privacy spend (ε) a reply may report."""
 MAX_CLASSES = 65_536
 """The longest class histogram a client may send."""
+MAX_BASIS = 1024
+"""The most vectors a data subspace may hold, and the most a describe task may
+ask for per class."""
 MAX_PEER_MODELS = 1024
 """The most models one probe task may carry."""
 MAX_MODELS = 1024
@@ -168,17 +179,6 @@ class UpdateReply(_Frozen):
         description="local DP: the privacy (ε at the run's δ) the client has"
         " spent so far, this update included; None without DP",
     )
-    importance: tuple[Share, ...] | None = Field(
-        None,
-        min_length=1,
-        max_length=MAX_MODELS,
-        fail_fast=True,
-        # Absent from the wire while None, so that every other algorithm's
-        # replies keep their bytes (and the runs their byte counts).
-        exclude_if=lambda value: value is None,
-        description="an importance rule's weights (FedSoft's): one per model"
-        " of the task, in its order, summing to 1; not sent for any other task",
-    )
 
 
 class EvaluateTask(_Frozen):
@@ -199,13 +199,42 @@ class EvaluateReply(_Frozen):
 class DescribeTask(_Frozen):
     """The server asks a client to describe its data, because the strategy wants it.
 
-    The only description there is, `class_histogram`, is CAFA's (Zhang et al.):
-    how many training samples of each class the client holds. It is the one
-    piece of data description a client ever sends, and only when asked.
+    Two descriptions exist, and a client sends one only when asked:
+    `class_histogram`, CAFA's (Zhang et al.): how many training samples of
+    each class the client holds; and `data_subspace`, PACFL's (Vahidian et
+    al.): the first `n_basis` left singular vectors of the client's flattened
+    training data, of each class it holds (`per_class`) or of all of it.
+    `n_basis` and `per_class` go with `data_subspace` only, and are left off
+    the wire otherwise (a `class_histogram` task is sent as in version 1).
     """
 
     kind: Literal["describe_task"] = "describe_task"
-    want: Literal["class_histogram"] = "class_histogram"
+    want: Literal["class_histogram", "data_subspace"] = "class_histogram"
+    # Both absent from the wire while None, so that a class_histogram task
+    # keeps its bytes (and CAFA's runs their byte counts).
+    n_basis: int | None = Field(
+        None,
+        strict=True,
+        ge=1,
+        le=MAX_BASIS,
+        exclude_if=lambda value: value is None,
+        description="data_subspace: the singular vectors asked (per class)",
+    )
+    per_class: bool | None = Field(
+        None,
+        strict=True,
+        exclude_if=lambda value: value is None,
+        description="data_subspace: one SVD per class held, or one of all the data",
+    )
+
+    @model_validator(mode="after")
+    def _fits_want(self) -> DescribeTask:
+        asks = (self.n_basis, self.per_class)
+        if self.want == "data_subspace" and None in asks:
+            raise ValueError("a data_subspace task names n_basis and per_class")
+        if self.want == "class_histogram" and asks != (None, None):
+            raise ValueError("a class_histogram task takes no n_basis or per_class")
+        return self
 
 
 class ClassHistogram(_Frozen):
@@ -216,6 +245,32 @@ class ClassHistogram(_Frozen):
     counts: tuple[Count, ...] = Field(
         min_length=1, max_length=MAX_CLASSES, fail_fast=True
     )
+
+
+def _bounded_basis(basis: np.ndarray) -> np.ndarray:
+    rows, columns = basis.shape
+    if rows < 1 or not 1 <= columns <= MAX_BASIS:
+        raise ValueError(
+            f"a data subspace of shape {basis.shape}: it needs at least 1 row"
+            f" and 1 to {MAX_BASIS} vectors"
+        )
+    return basis
+
+
+class DataSubspace(_Frozen):
+    """A client's answer to a `data_subspace` describe task: the first left
+    singular vectors of its training data, one flattened sample per column of
+    the SVD's matrix (per class, the classes' blocks side by side), as the
+    columns of a float32 matrix of d rows (the model's input size).
+
+    It carries no sample, but it says which directions span most of the
+    client's inputs (of each class, per class): what its data look like, as
+    a class histogram says which labels it holds.
+    """
+
+    kind: Literal["data_subspace"] = "data_subspace"
+    client_id: Id
+    basis: Annotated[FloatMatrix, AfterValidator(_bounded_basis)]
 
 
 class PeerModel(_Frozen):
@@ -285,6 +340,7 @@ Message = Annotated[
     | EvaluateReply
     | DescribeTask
     | ClassHistogram
+    | DataSubspace
     | ProbeTask
     | ProbeReply
     | ErrorReply
@@ -318,6 +374,7 @@ MESSAGE_KINDS: tuple[str, ...] = (
     "evaluate_reply",
     "describe_task",
     "class_histogram",
+    "data_subspace",
     "probe_task",
     "probe_reply",
     "error",

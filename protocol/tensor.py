@@ -120,9 +120,10 @@ class _TensorSchema:
     tensor's JSON form (`json_form`).
     """
 
-    def __init__(self, check: Any, *, flat: bool = False) -> None:
+    def __init__(self, check: Any, *, flat: bool = False, matrix: bool = False) -> None:
         self.check = check
         self.flat = flat
+        self.matrix = matrix
 
     def __get_pydantic_json_schema__(
         self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
@@ -136,6 +137,12 @@ class _TensorSchema:
         }
         if self.flat:
             shape["minItems"] = 1
+        dtypes = floats if self.flat else names
+        note = " A flat vector of floats, none NaN or Inf." if self.flat else ""
+        if self.matrix:
+            shape.update(minItems=2, maxItems=2)
+            dtypes = ["float32"]
+            note = " A float32 matrix (2 dimensions), none NaN or Inf."
         return {
             "type": "object",
             "description": (
@@ -144,12 +151,11 @@ class _TensorSchema:
                 " each dimension as a little-endian uint64) and then the values,"
                 " C order, little-endian; dtype codes 0.."
                 f"{len(names) - 1} are {', '.join(names)}. In the JSON form of a"
-                " message it is shown as its ext code, dtype, shape and size."
-                + (" A flat vector of floats, none NaN or Inf." if self.flat else "")
+                " message it is shown as its ext code, dtype, shape and size." + note
             ),
             "properties": {
                 "ext": {"const": TENSOR_EXT},
-                "dtype": {"enum": floats if self.flat else names},
+                "dtype": {"enum": dtypes},
                 "shape": shape,
                 "nbytes": {"type": "integer", "minimum": 0},
             },
@@ -173,3 +179,18 @@ Tensor = Annotated[np.ndarray, _TensorSchema(_as_array)]
 
 FlatVector = Annotated[np.ndarray, _TensorSchema(_as_flat_finite, flat=True)]
 """A 1-D floating point vector with no NaN or Inf: model weights and updates."""
+
+
+def _as_float32_matrix(value: Any) -> np.ndarray:
+    array = _as_array(value)
+    if array.ndim != 2:
+        raise ValueError(f"expected a matrix, got shape {array.shape}")
+    if array.dtype != np.float32:
+        raise ValueError(f"expected float32 values, got {array.dtype}")
+    if not np.isfinite(array).all():
+        raise ValueError("contains NaN or Inf")
+    return array
+
+
+FloatMatrix = Annotated[np.ndarray, _TensorSchema(_as_float32_matrix, matrix=True)]
+"""A 2-D float32 matrix with no NaN or Inf: a client's data subspace."""

@@ -15,6 +15,7 @@ from clusterfed.protocol import (
     PROTOCOL_VERSION,
     ClassHistogram,
     ClusterModel,
+    DataSubspace,
     DescribeTask,
     Envelope,
     ErrorReply,
@@ -65,6 +66,7 @@ PAYLOADS = [
     EvaluateReply(cluster=0, accuracy=0.9, loss=0.3, n_samples=10),
     DescribeTask(want="class_histogram"),
     ClassHistogram(client_id=3, counts=(12, 0, 7, 30)),
+    DataSubspace(client_id=3, basis=np.eye(4, 2, dtype=np.float32)),
     ProbeTask(
         models=(
             PeerModel(owner=4, weights=WEIGHTS),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -46,8 +47,11 @@ def samples(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     folder = tmp_path_factory.mktemp("cafa")
     traced_run(folder, scenario)
     _, records = read_trace(folder)
+    # PACFL's run: a client's data subspace, the other description it may send.
+    pacfl = tmp_path_factory.mktemp("pacfl")
+    traced_run(pacfl, small_scenario(algorithm="pacfl", clients=4, rounds=1))
     found: dict[str, bytes] = {}
-    for record in records:
+    for record in [*records, *read_trace(pacfl)[1]]:
         if record.kind is not None and record.data is not None:
             found.setdefault(record.kind, record.data)
     client = Client(plan_run(scenario).clients[0])
@@ -115,3 +119,25 @@ def test_the_schema_refuses_another_name_for_a_model(
         instance = {**update, "payload": {**update["payload"], "cluster": cluster}}
         errors = list(validator.iter_errors(instance))
         assert (not errors) is valid, (cluster, errors)
+
+
+def test_a_data_subspace_task_and_its_answer_are_valid(tmp_path: Path) -> None:
+    traced_run(tmp_path, small_scenario(algorithm="pacfl", clients=3, rounds=1))
+    _, records = read_trace(tmp_path)
+    forms = [
+        to_json_form(r.data)
+        for r in records
+        if r.kind in ("describe_task", "data_subspace") and r.data is not None
+    ]
+    validator = jsonschema.Draft202012Validator(json_schema())
+    for form in forms:
+        assert not list(validator.iter_errors(form)), form["payload"]
+    tasks = [f["payload"] for f in forms if f["payload"]["kind"] == "describe_task"]
+    asked = {"want": "data_subspace", "n_basis": 3, "per_class": True}
+    assert tasks == 3 * [{"kind": "describe_task", **asked}]
+    answer = next(f for f in forms if f["payload"]["kind"] == "data_subspace")
+    basis = answer["payload"]["basis"]
+    assert basis["dtype"] == "float32" and basis["shape"][0] == 64
+    for change in ({"dtype": "float64"}, {"shape": [64]}, {"shape": [64, 2, 1]}):
+        bad = {**answer, "payload": {**answer["payload"], "basis": {**basis, **change}}}
+        assert list(validator.iter_errors(bad)), change
