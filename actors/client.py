@@ -275,6 +275,7 @@ class Client:
                     loss=result.loss,
                     samples_seen=result.samples_seen,
                     epsilon=result.epsilon,
+                    importance=result.importance,
                 )
             case EvaluateTask(model=model):
                 scores = self.trainer.evaluate(model.weights)

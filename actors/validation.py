@@ -38,7 +38,13 @@ from typing import Any, TypedDict
 
 import numpy as np
 
-from clusterfed.algorithms import ClientInfo, ProbePlan, ServerState, TaskPlan
+from clusterfed.algorithms import (
+    ClientInfo,
+    ProbePlan,
+    ServerState,
+    TaskPlan,
+    reports_importance,
+)
 from clusterfed.protocol import (
     ClassHistogram,
     DataSubspace,
@@ -64,6 +70,8 @@ REPLY_KINDS = frozenset(
     }
 )
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+IMPORTANCE_TOLERANCE = 1e-6
+"""How far from 1 a client's importance weights may sum (float rounding)."""
 
 SAMPLES_SEEN_SLACK = 4
 """How many times its n_train × epochs a client may have trained on.
@@ -241,6 +249,8 @@ def check_update(
         return (
             f"delta has shape {payload.delta.shape}, the model has {n_weights} weights"
         )
+    if (problem := importance_problem(payload, plan)) is not None:
+        return problem
     if payload.delta.dtype != np.float32:
         return f"delta dtype {payload.delta.dtype}, expected float32"
     if n_train is not None and not 1 <= payload.n_samples <= n_train:
@@ -281,6 +291,33 @@ def check_update(
                 f"delta of norm {_norm(delta):.4g} would make"
                 f" {_model(payload.cluster)}'s model non-finite"
             )
+    return None
+
+
+def importance_problem(payload: UpdateReply, plan: TaskPlan) -> str | None:
+    """Why an update's importance weights do not fit its task, or None.
+
+    A task whose identity rule is an importance policy (FedSoft's) is
+    answered with one weight per model sent, summing to 1; any other task
+    with none."""
+    wanted = reports_importance(plan.identity)
+    weights = payload.importance
+    if weights is None:
+        if wanted:
+            return f"no importance weights, which the {plan.identity} rule reports"
+        return None
+    if not wanted:
+        return "importance weights for a task that asked for none"
+    if len(weights) != len(plan.models):
+        return (
+            f"{len(weights)} importance weights for the {len(plan.models)} models sent"
+        )
+    total = math.fsum(weights)
+    if not abs(total - 1) <= IMPORTANCE_TOLERANCE:
+        return (
+            f"importance weights sum to {total:.9g}, not 1"
+            f" (within {IMPORTANCE_TOLERANCE:g})"
+        )
     return None
 
 

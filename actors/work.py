@@ -12,12 +12,17 @@ from dataclasses import replace
 
 import numpy as np
 
-from clusterfed.algorithms import Candidate, make_policy
+from clusterfed.algorithms import (
+    Candidate,
+    ImportancePolicy,
+    heaviest,
+    make_policy,
+)
 from clusterfed.errors import ClusterfedError
 from clusterfed.protocol import MAX_LOSS, IdentityRule, TrainConfig
 from clusterfed.types import ModelKey
 
-from .trainer import LocalTrainer, TrainResult
+from .trainer import Anchor, LocalTrainer, TrainResult
 
 
 class Diverged(ClusterfedError):
@@ -32,15 +37,27 @@ def train(
     config: TrainConfig,
     round: int,
 ) -> tuple[ModelKey, TrainResult]:
-    """Pick a candidate (by the identity policy, if several) and train it."""
+    """Pick a candidate (by the identity policy, if several) and train it.
+
+    An importance policy (FedSoft's) weighs every candidate, even a single
+    one: the client trains from the one it weighs most, pulled toward each by
+    the policy's proximal coefficients, and the weights go back with the
+    result."""
     trainer.check_budget(config)  # refuse before probing, not only before training
     chosen = candidates[0]
     probe = _Probe(trainer, config.batch_size)
-    if identity is not None and len(candidates) > 1:
-        policy = make_policy(identity.name, identity.params)
+    policy = make_policy(identity.name, identity.params) if identity else None
+    importance: tuple[float, ...] | None = None
+    anchors: list[Anchor] = []
+    if isinstance(policy, ImportancePolicy):
+        importance = policy.importance(probe, candidates)
+        chosen = candidates[heaviest(importance)]
+        pulls = policy.proximal(importance)
+        anchors = [(c.weights, k) for c, k in zip(candidates, pulls, strict=True)]
+    elif policy is not None and len(candidates) > 1:
         cluster = policy.choose(probe, candidates, round)
         chosen = next(c for c in candidates if c.cluster == cluster)
-    result = trainer.train(chosen.weights, config, round)
+    result = trainer.train(chosen.weights, config, round, anchors)
     check_loss(result.loss, "training")
     if not np.isfinite(result.delta).all():
         raise Diverged(
@@ -48,7 +65,9 @@ def train(
         )
     # Probing costs simulated compute too: count its samples like training's.
     return chosen.cluster, replace(
-        result, samples_seen=result.samples_seen + probe.samples
+        result,
+        samples_seen=result.samples_seen + probe.samples,
+        importance=importance,
     )
 
 
@@ -93,6 +112,10 @@ class _Probe:
     def loss(self, weights: np.ndarray) -> float:
         self.samples += self.trainer.n_train
         return self.trainer.loss(weights)
+
+    def sample_losses(self, weights: np.ndarray) -> np.ndarray:
+        self.samples += self.trainer.n_train
+        return self.trainer.sample_losses(weights)
 
     def batch_loss_and_gradient(
         self, weights: np.ndarray, round: int

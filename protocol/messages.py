@@ -179,6 +179,17 @@ class UpdateReply(_Frozen):
         description="local DP: the privacy (ε at the run's δ) the client has"
         " spent so far, this update included; None without DP",
     )
+    importance: tuple[Share, ...] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_MODELS,
+        fail_fast=True,
+        # Absent from the wire while None, so that every other algorithm's
+        # replies keep their bytes (and the runs their byte counts).
+        exclude_if=lambda value: value is None,
+        description="an importance rule's weights (FedSoft's): one per model"
+        " of the task, in its order, summing to 1; not sent for any other task",
+    )
 
 
 class EvaluateTask(_Frozen):

@@ -6,5 +6,7 @@ PROTOCOL_VERSION = 2
 """1: the first published protocol. 2: the global model travels as "global"
 (no longer as the cluster id 2³¹ − 1), and an update reports `samples_seen`
 instead of `compute_s` (a probe reply reports no time): the server's clock
-times every task. A describe task may want a `data_subspace`, answered by
-the `data_subspace` message (PACFL's). The history is in docs/protocol.md."""
+times every task; an update may carry `importance` (FedSoft's weights, one
+per model of the task, not sent otherwise); a describe task may want a
+`data_subspace`, answered by the `data_subspace` message (PACFL's). The
+history is in docs/protocol.md."""
