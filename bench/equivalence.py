@@ -42,6 +42,8 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         {"rounds": 1, "overrides": ["algorithm_params.flhc.cluster_round=0"]},
     ),
     "fesem": ("fesem-rotated", {"rounds": 1}),
+    # FedSoft: every client weighs both centers and trains with their pull.
+    "fedsoft": ("fedsoft-rotated", {"rounds": 1}),
 }
 RUNTIMES = ("local", "ray")
 
