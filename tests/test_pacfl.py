@@ -5,13 +5,21 @@ the authors' merge loop, planted label groups clustered as planted."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+import torch
 from numpy.testing import assert_allclose, assert_array_equal
+from pydantic import ValidationError
 from scipy.linalg import subspace_angles
 from sklearn.cluster import AgglomerativeClustering
 from sklearn.datasets import load_digits
 
+import clusterfed
+from clusterfed.actors import work
+from clusterfed.actors.trainer import LocalTrainer
+from clusterfed.actors.validation import check_subspace
 from clusterfed.algorithms import ClientInfo, ClientUpdate, make
 from clusterfed.algorithms._subspace import (
     basis_angle,
@@ -23,6 +31,16 @@ from clusterfed.algorithms._subspace import (
 )
 from clusterfed.algorithms.pacfl import PACFL, PACFLDiagnostics, PACFLState
 from clusterfed.conformance import CHECKS, Check
+from clusterfed.protocol import (
+    MAX_BASIS,
+    ClassHistogram,
+    DataSubspace,
+    DescribeTask,
+    Envelope,
+    decode,
+    encode,
+)
+from clusterfed.protocol.codec import to_json_form
 from clusterfed.scenarios import BUILTIN
 from clusterfed.scenarios.partitions import ClassTablePartition
 from clusterfed.types import ClientId, ClusterId
@@ -422,3 +440,129 @@ def test_the_scenarios_hold_what_their_descriptions_say() -> None:
     assert "10 % sampled" in fmnist.description and "2.5 degrees" in (
         fmnist.description
     )
+
+
+# -- the description on the wire: the client's answer, the checks -------------
+
+
+def _trainer(x: torch.Tensor, y: torch.Tensor) -> LocalTrainer:
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(x[0].numel(), 3))
+    return LocalTrainer(model, x, y, x[:2], y[:2], seed=0)
+
+
+def test_a_client_sends_the_first_vectors_of_each_class_it_holds() -> None:
+    rng = np.random.default_rng(0)
+    x = torch.tensor(rng.random((30, 1, 2, 3)), dtype=torch.float32)
+    y = torch.tensor([2] * 12 + [0] * 16 + [1] * 2)
+    basis = work.data_subspace(_trainer(x, y), 3, per_class=True)
+    # Classes 0, 1, 2 in order; class 1 has 2 samples, so 2 vectors.
+    assert basis.dtype == np.float32 and basis.shape == (6, 3 + 2 + 3)
+    flat = x.reshape(30, -1).numpy().astype(np.float64)
+    for block, c in ((basis[:, :3], 0), (basis[:, 5:], 2)):
+        u = np.linalg.svd(flat[y.numpy() == c].T, full_matrices=False)[0][:, :3]
+        assert_allclose(np.abs(np.sum(block * u, axis=0)), 1, atol=1e-5)  # ± u
+        assert_allclose(block.T @ block, np.eye(3), atol=1e-5)
+    whole = work.data_subspace(_trainer(x, y), 2, per_class=False)
+    u = np.linalg.svd(flat.T, full_matrices=False)[0][:, :2]
+    assert whole.shape == (6, 2)
+    assert_allclose(np.abs(np.sum(whole * u, axis=0)), 1, atol=1e-5)
+
+
+def _subspace(basis: np.ndarray, client: int = 1) -> DataSubspace:
+    return DataSubspace(client_id=client, basis=basis.astype(np.float32))
+
+
+def test_a_good_subspace_passes_the_server_s_checks() -> None:
+    basis = np.eye(D)[:, :4]
+    assert check_subspace(_subspace(basis), ClientId(1), D, 4) is None
+    assert check_subspace(_subspace(basis), ClientId(1), None, 8) is None
+
+
+@pytest.mark.parametrize(
+    ("payload", "n_features", "most", "reason"),
+    [
+        (_subspace(np.eye(D)[:, :2], client=2), D, 6, "of client 2, asked client 1"),
+        (_subspace(np.eye(D + 1)[:, :2]), D, 6, "of 13 features, the model's input"),
+        (_subspace(np.eye(D)[:, :7]), D, 6, "7 vectors, the task asked at most 6"),
+        (_subspace(2 * np.eye(D)[:, :2]), D, 6, "vector 0 has norm 2, not 1"),
+        (_subspace(np.zeros((D, 1))), D, 6, "vector 0 has norm 0, not 1"),
+        (ClassHistogram(client_id=1, counts=(3,)), D, 6, "expected a data_subspace"),
+    ],
+)
+def test_a_subspace_that_does_not_fit_is_refused_by_name(
+    payload: DataSubspace | ClassHistogram, n_features: int, most: int, reason: str
+) -> None:
+    problem = check_subspace(payload, ClientId(1), n_features, most)
+    assert problem is not None and reason in problem
+
+
+@pytest.mark.parametrize(
+    ("basis", "reason"),
+    [
+        (np.eye(D)[:, :2].astype(np.float64), "expected float32 values"),
+        (np.ones(D, dtype=np.float32), "expected a matrix"),
+        (np.full((D, 2), np.nan, dtype=np.float32), "NaN or Inf"),
+        (np.zeros((D, 0), dtype=np.float32), "1 to 1024 vectors"),
+        (np.zeros((2, MAX_BASIS + 1), dtype=np.float32), "1 to 1024 vectors"),
+    ],
+)
+def test_decoding_refuses_a_subspace_that_is_no_bounded_matrix(
+    basis: np.ndarray, reason: str
+) -> None:
+    good = _envelope(_subspace(np.eye(D)[:, :2]))
+    raw = good.model_dump(mode="python")
+    raw["payload"]["basis"] = basis
+    with pytest.raises(ValidationError, match=reason):
+        Envelope.model_validate(raw)
+
+
+def _envelope(payload: DescribeTask | DataSubspace) -> Envelope:
+    return Envelope(
+        msg_id="m", sender="server", recipient="client/1", round=0, payload=payload
+    )
+
+
+def test_a_subspace_round_trips_and_a_histogram_task_is_sent_as_before() -> None:
+    basis = np.linalg.qr(_rng().standard_normal((D, 3)))[0].astype(np.float32)
+    back = decode(encode(_envelope(_subspace(basis)))).payload
+    assert isinstance(back, DataSubspace) and back.client_id == 1
+    assert_array_equal(back.basis, basis)
+    task = DescribeTask(want="data_subspace", n_basis=3, per_class=True)
+    assert decode(encode(_envelope(task))).payload == task
+    # CAFA's task carries neither field: its bytes are version 1's.
+    form = to_json_form(encode(_envelope(DescribeTask())))
+    assert form["payload"] == {"kind": "describe_task", "want": "class_histogram"}
+    for bad in ({"want": "data_subspace"}, {"n_basis": 3}):
+        with pytest.raises(ValidationError, match="task"):
+            DescribeTask(**bad)
+
+
+def test_a_strategy_asks_for_one_description_at_most() -> None:
+    with pytest.raises(TypeError, match="one description at most"):
+
+        class Greedy(PACFL):
+            wants = ("data_subspace", "class_histogram")
+
+
+# -- a real run ----------------------------------------------------------------
+
+
+def test_a_short_run_on_the_digits_clusters_the_planted_pairs_first(
+    tmp_path: Path,
+) -> None:
+    result = clusterfed.run(
+        "pacfl-labels", out=tmp_path, workers=1, rounds=2, overrides=["train.epochs=1"]
+    )
+    rows = result.rows
+    assert [r["round"] for r in rows] == [0, 1]
+    for row in rows:  # clustered before the first training, as planted
+        assert row["ari"] == 1.0 and row["n_clusters"] == 5
+        assert row["strategy"] == {
+            "clustered_in": 0,
+            "sizes": {str(k): 4 for k in range(5)},
+            "pending": 0,
+            "placed": 0,
+        }
+    assert not any(c["failed"] for r in rows for c in r["clients"])
+    # Each client's answer (64 x 6 float32) went up once, in round 0.
+    assert rows[0]["bytes_up"] > rows[1]["bytes_up"]
