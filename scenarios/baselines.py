@@ -121,8 +121,7 @@ def fesem_rotated_fmnist() -> Scenario:
 
 
 def fedsoft_rotated() -> Scenario:
-    """FedSoft's rotated-digits experiment: S = 2 centers for upright and
-    rotated images."""
+    """FedSoft's rotated-digits experiment: S = 2 centers, upright and rotated."""
     return Scenario(
         name="fedsoft-rotated",
         description=(
@@ -157,8 +156,7 @@ def fedsoft_rotated() -> Scenario:
 
 
 def fedsoft_rotated_fmnist() -> Scenario:
-    """FedSoft's rotated experiment on Fashion-MNIST: 100 clients, 30 drawn
-    per center each round."""
+    """FedSoft's rotated experiment on Fashion-MNIST: 100 clients, 30 per center."""
     data = fedsoft_rotated().model_dump()
     data.update(
         name="fedsoft-rotated-fmnist",
