@@ -44,6 +44,8 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "fesem": ("fesem-rotated", {"rounds": 1}),
     # FedSoft: every client weighs both centers and trains with their pull.
     "fedsoft": ("fedsoft-rotated", {"rounds": 1}),
+    # PACFL clusters the clients' data subspaces before its first round.
+    "pacfl": ("pacfl-labels", {"rounds": 1}),
 }
 RUNTIMES = ("local", "ray")
 
