@@ -5,6 +5,7 @@ the authors' merge loop, planted label groups clustered as planted."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import numpy as np
@@ -15,9 +16,10 @@ from pydantic import ValidationError
 from scipy.linalg import subspace_angles
 from sklearn.cluster import AgglomerativeClustering
 from sklearn.datasets import load_digits
+from sklearn.metrics import adjusted_rand_score
 
 import clusterfed
-from clusterfed.actors import work
+from clusterfed.actors import ParameterServer, RoundOutcome, work
 from clusterfed.actors.trainer import LocalTrainer
 from clusterfed.actors.validation import check_subspace
 from clusterfed.algorithms import ClientInfo, ClientUpdate, make
@@ -37,13 +39,16 @@ from clusterfed.protocol import (
     DataSubspace,
     DescribeTask,
     Envelope,
+    TrainConfig,
     decode,
     encode,
 )
 from clusterfed.protocol.codec import to_json_form
-from clusterfed.scenarios import BUILTIN
+from clusterfed.scenarios import BUILTIN, plan_run
 from clusterfed.scenarios.partitions import ClassTablePartition
+from clusterfed.scenarios.spec import ModelSpec
 from clusterfed.types import ClientId, ClusterId
+from helpers import Tamper, TamperingRuntime, start_server
 
 DIM = 6  # model size
 D = 12  # input size of the subspaces
@@ -566,3 +571,61 @@ def test_a_short_run_on_the_digits_clusters_the_planted_pairs_first(
     assert not any(c["failed"] for r in rows for c in r["clients"])
     # Each client's answer (64 x 6 float32) went up once, in round 0.
     assert rows[0]["bytes_up"] > rows[1]["bytes_up"]
+
+
+def _run_tampered(
+    tamper: Tamper,
+) -> tuple[ParameterServer, list[RoundOutcome], dict[ClientId, int]]:
+    """pacfl-labels on 10 clients (2 per planted pair), 2 rounds, every client
+    training, one local epoch of a small MLP; `tamper` may rewrite a reply.
+    Also returns each client's planted group."""
+    scenario = BUILTIN["pacfl-labels"]().model_copy(
+        update={
+            "clients": 10,
+            "rounds": 2,
+            "algorithm_params": {"pacfl": {"fraction": 1.0}},
+            "train": TrainConfig(lr=0.01, momentum=0.5, batch_size=10, epochs=1),
+            "model": ModelSpec(name="mlp", hidden=[32]),
+        }
+    )
+    plan = plan_run(scenario)
+
+    async def go() -> tuple[ParameterServer, list[RoundOutcome]]:
+        server = await start_server(plan, TamperingRuntime(tamper))
+        return server, [await server.run_round(r) for r in range(2)]
+
+    server, outcomes = asyncio.run(go())
+    return server, outcomes, {c.id: c.group for c in plan.clients}
+
+
+def test_a_subspace_that_does_not_fit_the_model_is_refused_and_its_client_waits() -> (
+    None
+):
+    """Client 3 sends half its rows: refused by name, not asked again; it sits
+    out training (pending, evaluated with the largest cluster's model) and the
+    others are clustered as planted."""
+    asked = []
+
+    def halve(cid: ClientId, request: bytes, reply: bytes) -> bytes:
+        env = decode(reply)
+        if isinstance(env.payload, DataSubspace):
+            asked.append(cid)
+            if cid == 3:
+                cut = env.payload.model_copy(update={"basis": env.payload.basis[:32]})
+                return encode(env.model_copy(update={"payload": cut}))
+        return reply
+
+    server, outcomes, truth = _run_tampered(halve)
+    assert sorted(asked) == list(range(10))  # once each: round 0 only
+    assert outcomes[0].rejections == [
+        "client 3: describe: data subspace of 32 features, the model's input has 64"
+    ]
+    assert outcomes[1].rejected_messages == 0
+    state = server.state
+    assert isinstance(state, PACFLState) and state.pending == {3}
+    assert ClientId(3) not in state.subspaces
+    trained = {c.id for c in outcomes[1].clients if c.status == "ok"}
+    assert ClientId(3) not in trained and len(trained) == 9
+    placed = {c: k for c, k in state.assignment.items() if c != 3}
+    assert adjusted_rand_score([truth[c] for c in placed], list(placed.values())) == 1
+    assert state.assignment[ClientId(3)] == state.largest_cluster()
