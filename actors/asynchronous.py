@@ -279,12 +279,10 @@ class AsyncDriver:
         server = self.server
         busy = {client for _, client, _, task in self._heap if task is not None}
         idle = [
-            c
-            for c in sorted(server.clients)
-            if c not in busy and c not in self._resting
+            c for c in sorted(server.roster) if c not in busy and c not in self._resting
         ]
         idle = self._online(idle, now)
-        room = len(server.clients) if self.concurrency is None else self.concurrency
+        room = len(server.roster) if self.concurrency is None else self.concurrency
         free = max(0, room - len(busy))
         if not idle or not free:
             return
@@ -296,7 +294,7 @@ class AsyncDriver:
         plans = [server.strategy.plan_for(server.state, c) for c in chosen]
         tasks = train_tasks(plans, server.train_config)
         exchanges = await server.courier.round_trip(
-            list(zip(chosen, tasks, strict=True)), books.number, books.members
+            list(zip(chosen, tasks, strict=True)), books.number, books.roster
         )
         for plan, exchange in zip(plans, exchanges, strict=True):
             samples = books.samples_to_time(plan, exchange)

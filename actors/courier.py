@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from clusterfed.protocol import (
     MAX_MESSAGE_BYTES,
@@ -35,6 +35,7 @@ from clusterfed.types import ClientId
 
 from .client import client_address
 from .outcome import Exchange
+from .roster import Roster
 from .runtimes import Runtime
 from .validation import ReplyBooks
 
@@ -104,11 +105,11 @@ class Courier:
         self,
         requests: Sequence[tuple[ClientId, Message]],
         round: int,
-        members: Collection[ClientId],
+        roster: Roster,
         on_exchange: Callable[[int, Exchange], Exchange] | None = None,
     ) -> list[Exchange]:
         """Send the requests and judge every reply (in the order of `requests`);
-        `members` are the clients the server knows now. `on_exchange(i, e)`
+        `roster` holds the clients the server knows now. `on_exchange(i, e)`
         sees request i's exchange as soon as it is judged and returns what is
         kept of it (streaming aggregation keeps an update without its delta)."""
         envelopes = [self.envelope(p, client_address(c), round) for c, p in requests]
@@ -118,7 +119,7 @@ class Courier:
         async def one(index: int, client: ClientId, envelope: Envelope) -> Exchange:
             async with slots:
                 parts = encoder.encode_parts(envelope)
-                exchange = await self._exchange(client, envelope, parts, members)
+                exchange = await self._exchange(client, envelope, parts, roster)
             return exchange if on_exchange is None else on_exchange(index, exchange)
 
         return list(
@@ -173,7 +174,7 @@ class Courier:
         client: ClientId,
         request: Envelope,
         parts: tuple[bytes, bytes],
-        members: Collection[ClientId],
+        roster: Roster,
     ) -> Exchange:
         sent = len(parts[0]) + len(parts[1])
         try:
@@ -190,7 +191,7 @@ class Courier:
             reply = decode(raw, max_bytes=self.max_message_bytes)
         except ProtocolError as exc:
             return Exchange("rejected", None, str(exc), sent, len(raw))
-        problem = self.books.check_reply(reply, request, client, members)
+        problem = self.books.check_reply(reply, request, client, roster)
         if problem is not None:
             return Exchange("rejected", None, problem, sent, len(raw))
         self.books.accept(reply, request, client)

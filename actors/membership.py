@@ -1,8 +1,9 @@
 """Membership: who is in the run, and the messages clients send on their own.
 
-`ParameterServer` is a `Membership`: the registry of clients, their joins
-and leaves (a leave during a round waits for its end, as the round's books
-still hold the client) and the inbound messages that carry them. Identity
+`ParameterServer` is a `Membership`: the roster of clients (`roster.py`),
+their joins and leaves (a leave during a round waits for its end, as the
+round's books still hold the client) and the inbound messages that carry
+them. Identity
 comes from the runtime that delivered a message, never from the sender it
 declares; every refusal is counted with its reason and reported with the
 round's.
@@ -27,11 +28,12 @@ from clusterfed.types import ClientId, ClusterId
 
 from .client import client_address
 from .courier import Courier
+from .roster import Roster
 from .validation import REPLY_KINDS, ReplyBooks, client_of, membership_problem
 
 
 class Membership:
-    """The client registry and the inbound messages that change it."""
+    """The roster and the inbound messages that change it."""
 
     strategy: Strategy[Any]
     state: ServerState
@@ -40,12 +42,9 @@ class Membership:
     round: int
 
     def __init__(self) -> None:
-        self.clients: dict[ClientId, ClientInfo] = {}
-        # Clients that answered the strategy's describe task (or were refused).
-        self.described: set[ClientId] = set()
+        self.roster = Roster()
         self._rejections: list[str] = []  # inbound refusals, drained each round
         self._in_round = False
-        self._leaving: list[ClientId] = []  # leaves that came during a round
 
     async def handle(self, data: bytes, client: int | None = None) -> bytes:
         """Serve a message a client sent on its own (a join or leave).
@@ -89,12 +88,12 @@ class Membership:
                 reply = Welcome(client_id=cid, cluster=cluster)
             case LeaveNotice(client_id=cid) if request.sender == client_address(cid):
                 if self._in_round:  # the round's books still hold it
-                    self._leaving.append(ClientId(cid))
+                    self.roster.leaving.append(ClientId(cid))
                 else:
                     self.leave(ClientId(cid))
                 reply = Shutdown(reason="leave acknowledged")
             case other if other.kind in REPLY_KINDS:
-                reason = self.books.check_inbound(request, self.clients)
+                reason = self.books.check_inbound(request, self.roster)
                 self._rejections.append(reason)
                 reply = ErrorReply.of("refused", reason)
             case other:
@@ -108,21 +107,17 @@ class Membership:
     def join(self, client: ClientInfo) -> ClusterId | None:
         """Register a client; one that joins again (back from a restart)
         keeps its place and its cluster."""
-        if client.id not in self.clients:
-            self.clients[client.id] = client
-            self.books.departed.discard(client.id)
+        if self.roster.admit(client):
             self.state = self.strategy.on_join(self.state, client)
         return self.state.assignment.get(client.id)
 
     def leave(self, client: ClientId) -> None:
-        if self.clients.pop(client, None) is not None:
-            self.books.departed.add(client)
-            self.described.discard(client)
+        if self.roster.remove(client):
             self.state = self.strategy.on_leave(self.state, client)
 
     def _leave_after_round(self) -> None:
         """The round is over: the clients that announced a leave during it go."""
         self._in_round = False
-        leaving, self._leaving = self._leaving, []
+        leaving, self.roster.leaving = self.roster.leaving, []
         for client in leaving:
             self.leave(client)

@@ -98,7 +98,7 @@ async def describe(
     clients that count as described (answered, or refused: not asked again),
     and the phase's length."""
     exchanges = await courier.round_trip(
-        [(c, task) for c in todo], round.number, round.members
+        [(c, task) for c in todo], round.number, round.roster
     )
     descriptions: dict[ClientId, np.ndarray] = {}
     described: set[ClientId] = set()
@@ -106,7 +106,7 @@ async def describe(
     for client, exchange in zip(todo, exchanges, strict=True):
         if exchange.status == "ok" and exchange.reply is not None:
             reply = exchange.reply.payload
-            declared = round.members.get(client)
+            declared = round.roster.members.get(client)
             found = _description(
                 reply,
                 client,
@@ -212,7 +212,7 @@ async def train(
     exchanges = await courier.round_trip(
         [(p.client, t) for p, t in zip(plans, tasks, strict=True)],
         round.number,
-        round.members,
+        round.roster,
         on_exchange=on_arrival,
     )
     if round.fold is None:
@@ -253,7 +253,7 @@ async def probe(
     exchanges = await courier.round_trip(
         [(p.client, t) for p, t in zip(plans, probe_tasks(plans), strict=True)],
         round.number,
-        round.members,
+        round.roster,
     )
     scores: dict[ClientId, dict[ClientId, PeerScore]] = {}
     durations = []
@@ -271,7 +271,7 @@ async def probe(
         exchange = _prefixed(exchange, "probe")
         round.book(plan.client, exchange)
         # The client scores each model on its whole held-out split.
-        declared = round.members.get(plan.client)
+        declared = round.roster.members.get(plan.client)
         samples = (declared.n_test if declared else 0) * len(plan.models)
         durations.append(duration(clock, plan.client, exchange, samples))
     scored = [
@@ -296,7 +296,7 @@ async def evaluate(
                 model=ClusterModel(cluster=cluster, weights=weights)
             )
         requests.append((client, tasks[key]))
-    exchanges = await courier.round_trip(requests, round.number, round.members)
+    exchanges = await courier.round_trip(requests, round.number, round.roster)
     for (client, task), exchange in zip(requests, exchanges, strict=True):
         reply = exchange.reply.payload if exchange.reply else None
         if exchange.status == "ok":

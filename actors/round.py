@@ -20,17 +20,18 @@ replies came in.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from clusterfed.algorithms import ClientInfo, ClientUpdate, TaskPlan
+from clusterfed.algorithms import ClientUpdate, TaskPlan
 from clusterfed.protocol import UpdateReply
 from clusterfed.types import ClientId, model_key
 
 from .folding import RoundFold, without_delta
 from .outcome import ClientOutcome, Exchange
+from .roster import Roster
 from .validation import check_update, max_samples_seen
 
 Lateness = Callable[[ClientUpdate], tuple[str | None, int | None]]
@@ -101,11 +102,11 @@ class Round:
 
     Args:
         number: the round.
-        members: the clients the server knows, as they declared themselves.
+        roster: the server's roster: its members as they declared
+            themselves, its privacy ledger (client → ε it last reported).
         outcomes: each member's outcome, filled as the round goes.
         rejections: the run's refusals, in the order they happen.
         limits: what an update must fit.
-        epsilon: the server's privacy ledger, client → ε it last reported.
         fold: the round's running sums, for a strategy that folds.
         once_per_client: a second accepted update of one client is refused
             (a synchronous round: one task each); False in asynchronous mode,
@@ -113,11 +114,10 @@ class Round:
     """
 
     number: int
-    members: Mapping[ClientId, ClientInfo]
+    roster: Roster
     outcomes: dict[ClientId, ClientOutcome]
     rejections: list[str]
     limits: UpdateLimits
-    epsilon: dict[ClientId, float]
     fold: RoundFold | None = None
     once_per_client: bool = True
     # Derived, never passed: who has an accepted update, and the weight cap.
@@ -126,8 +126,8 @@ class Round:
 
     def __post_init__(self) -> None:
         ratio = self.limits.max_weight_ratio
-        if ratio is not None and self.members:
-            declared = [info.n_train for info in self.members.values()]
+        if ratio is not None and self.roster:
+            declared = [info.n_train for info in self.roster.members.values()]
             self._weight_cap = ratio * max(1.0, float(np.median(declared)))
 
     def book(self, client: ClientId, exchange: Exchange) -> None:
@@ -148,7 +148,7 @@ class Round:
         reply = exchange.reply.payload if exchange.reply is not None else None
         if not isinstance(reply, UpdateReply):
             return 0
-        declared = self.members.get(plan.client)
+        declared = self.roster.members.get(plan.client)
         if declared is None:
             return reply.samples_seen
         most = max_samples_seen(
@@ -215,7 +215,7 @@ class Round:
             and isinstance(payload, UpdateReply)
             and payload.epsilon is not None
         ):
-            self.epsilon[client] = payload.epsilon
+            self.roster.epsilon[client] = payload.epsilon
         if (
             update.status in ("ok", "late")
             and isinstance(payload, UpdateReply)
@@ -239,7 +239,7 @@ class Round:
                 plan.client, first, exchange.status, reason=exchange.reason
             )
         reply = exchange.reply.payload
-        declared = self.members.get(plan.client)
+        declared = self.roster.members.get(plan.client)
         problem = check_update(
             reply,
             plan,

@@ -36,7 +36,6 @@ from clusterfed.algorithms.base import streams
 from clusterfed.algorithms.diagnostics import Diagnostics, as_diagnostics
 from clusterfed.errors import ConfigError
 from clusterfed.protocol import MAX_MESSAGE_BYTES, Shutdown, TrainConfig
-from clusterfed.types import ClientId
 
 from . import phases
 from .clock import DeadlinePolicy, SimClock, WaitAll, arrives_late
@@ -128,13 +127,6 @@ class ParameterServer(Membership):
         )
         super().__init__()
         self.round = 0
-        # Local DP: the ε each client (present or gone) last reported spending.
-        self.epsilon: dict[ClientId, float] = {}
-        # Clients the scenario made faulty. What a client reports of itself
-        # (its accuracy, the ε it spent) no check can verify; the simulator
-        # knows whom it made faulty, so their reports are marked in their
-        # rows and never enter the run's metrics (mean accuracy, epsilon_max).
-        self.faulty: set[ClientId] = set()
         self.n_classes = n_classes
         self.n_features = n_features
 
@@ -155,16 +147,15 @@ class ParameterServer(Membership):
         try:
             self.round = round
             self.books.begin_round(round)
-            members = [self.clients[c] for c in sorted(self.clients)]
+            members = self.roster.in_order()
             # Refusals of inbound messages and of replies go in one list, in
             # the order they happen.
             books = Round(
                 round,
-                self.clients,
+                self.roster,
                 {c.id: ClientOutcome(c.id) for c in members},
                 self._rejections,
                 self.limits,
-                self.epsilon,
                 once_per_client=once_per_client,
             )
             return await (play or self._play)(members, books)
@@ -288,9 +279,8 @@ class ParameterServer(Membership):
         )
         for outcome in books.outcomes.values():
             outcome.cluster = self.state.assignment.get(outcome.id)
-            outcome.epsilon = self.epsilon.get(outcome.id)
-            outcome.faulty = outcome.id in self.faulty
-        trusted = [e for c, e in self.epsilon.items() if c not in self.faulty]
+            outcome.epsilon = self.roster.epsilon.get(outcome.id)
+            outcome.faulty = outcome.id in self.roster.faulty
         rejections, self._rejections = self._rejections, []
         return RoundOutcome(
             round=books.number,
@@ -298,7 +288,7 @@ class ParameterServer(Membership):
             clients=list(books.outcomes.values()),
             n_clusters=self.state.n_clusters,
             rejections=rejections,
-            epsilon_max=max(trusted, default=None),
+            epsilon_max=self.roster.epsilon_max(),
             diagnostics=as_diagnostics(
                 self.strategy.diagnostics(self.state), type(self.strategy).__name__
             ),
@@ -317,7 +307,7 @@ class ParameterServer(Membership):
         """
         if not self.strategy.wants:
             return 0.0
-        todo = [c.id for c in active if c.id not in self.described]
+        todo = [c.id for c in active if c.id not in self.roster.described]
         if not todo:
             return 0.0
         want = self.strategy.wants[0]  # one at most (Strategy checks it)
@@ -325,7 +315,7 @@ class ParameterServer(Membership):
         descriptions, described, length = await phases.describe(
             self.courier, self.clock, books, todo, task, self.n_classes, self.n_features
         )
-        self.described |= described
+        self.roster.described |= described
         if descriptions:
             if want == "class_histogram" and self.n_classes is None:
                 self.n_classes = len(next(iter(descriptions.values())))
@@ -336,18 +326,15 @@ class ParameterServer(Membership):
 
     def snapshot(self) -> ServerSnapshot:
         """Everything a resumed run needs of this server, between two rounds:
-        the strategy's state and random stream, the client registry, the
-        books, the next message id. Picklable."""
+        the strategy's state and random stream, the roster, the next
+        message id. Picklable; shares nothing mutable with the server."""
         return {
             "round": self.round,
             "state": self.state,
             "rng": self.rng,
-            "clients": dict(self.clients),
+            "roster": self.roster.copy(),
             "next_id": self.courier.next_id,
-            "epsilon": dict(self.epsilon),
-            "described": set(self.described),
             "n_classes": self.n_classes,
-            "departed": set(self.books.departed),
             "rejections": list(self._rejections),
         }
 
@@ -367,19 +354,14 @@ class ParameterServer(Membership):
         self.round = snapshot["round"]
         self.state = snapshot["state"]
         self.rng = snapshot["rng"]
-        self.clients = dict(snapshot["clients"])
+        self.roster = snapshot["roster"].copy()
         self.courier.next_id = snapshot["next_id"]
-        self.epsilon = dict(snapshot["epsilon"])
-        self.described = set(snapshot["described"])
         self.n_classes = snapshot["n_classes"]
         self.books.begin_round(self.round)
-        self.books.departed = set(snapshot["departed"])
         self._rejections = list(snapshot["rejections"])
 
     async def shutdown(self) -> None:
         """Tell every client the run is over; a client that cannot hear is skipped."""
         self.courier.set_unreachable({})
         bye = Shutdown(reason="run finished")
-        await self.courier.round_trip(
-            [(c, bye) for c in self.clients], -1, self.clients
-        )
+        await self.courier.round_trip([(c, bye) for c in self.roster], -1, self.roster)

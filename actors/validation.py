@@ -25,21 +25,21 @@ left are messages that are well-formed but wrong here:
   `n_train`.
 
 Each check returns the reason a person reads in `rounds.jsonl`, or None.
-`ReplyBooks` keeps what the checks need to remember: who left, and what was
-received in the current round.
+`ReplyBooks` keeps what the checks need to remember: what was received in
+the current round; who is a member and who left is the roster's
+(`roster.py`).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Container, Mapping
+from collections.abc import Mapping
 from typing import Any, TypedDict
 
 import numpy as np
 
 from clusterfed.algorithms import (
-    ClientInfo,
     ProbePlan,
     ServerState,
     TaskPlan,
@@ -57,6 +57,8 @@ from clusterfed.protocol import (
     UpdateReply,
 )
 from clusterfed.types import ClientId, ClusterId, model_key
+
+from .roster import Roster
 
 _CLIENT = re.compile(r"^client/(\d+)$")
 REPLY_KINDS = frozenset(
@@ -102,12 +104,11 @@ def client_of(address: str) -> ClientId | None:
 
 
 class ReplyBooks:
-    """What the server remembers to judge replies: who has left, and what it
-    received in the current round."""
+    """What the server remembers to judge replies: what it received in the
+    current round (who is a member, and who left, is the roster's)."""
 
     def __init__(self) -> None:
         self.round = -1
-        self.departed: set[ClientId] = set()
         self.answered: dict[str, ClientId] = {}  # request id → who answered it
         # (client, message id) of the replies accepted: a message id is the
         # sender's to choose, so it is only unique per client.
@@ -118,11 +119,11 @@ class ReplyBooks:
         self.answered.clear()
         self.received.clear()
 
-    def sender_problem(self, sender: str, clients: Container[ClientId]) -> str | None:
+    def sender_problem(self, sender: str, roster: Roster) -> str | None:
         client = client_of(sender)
-        if client is not None and client in clients:
+        if client is not None and client in roster:
             return None
-        if client is not None and client in self.departed:
+        if client is not None and client in roster.departed:
             return f"message from client {client}, which has left"
         return f"message from unknown client {sender!r}"
 
@@ -131,11 +132,11 @@ class ReplyBooks:
         reply: Envelope,
         request: Envelope,
         client: ClientId,
-        clients: Container[ClientId],
+        roster: Roster,
     ) -> str | None:
         """Why `reply`, delivered by the runtime from `client`, is not an
         acceptable answer to `request`, or None."""
-        problem = self.sender_problem(reply.sender, clients)
+        problem = self.sender_problem(reply.sender, roster)
         if problem is not None:
             return problem
         if client_of(reply.sender) != client:
@@ -177,10 +178,10 @@ class ReplyBooks:
         self.received.add((client, reply.msg_id))
         self.answered[request.msg_id] = client
 
-    def check_inbound(self, message: Envelope, clients: Container[ClientId]) -> str:
+    def check_inbound(self, message: Envelope, roster: Roster) -> str:
         """Why a reply that came on its own (not on its request) is refused:
         the server takes an answer only on the request it answers."""
-        problem = self.sender_problem(message.sender, clients)
+        problem = self.sender_problem(message.sender, roster)
         if problem is not None:
             return f"inbound {message.payload.kind!r}: {problem}"
         if 0 <= message.round < self.round:
@@ -431,12 +432,9 @@ class ServerSnapshot(TypedDict):
     round: int
     state: ServerState
     rng: np.random.Generator
-    clients: dict[ClientId, ClientInfo]
+    roster: Roster
     next_id: int
-    epsilon: dict[ClientId, float]
-    described: set[ClientId]
     n_classes: int | None
-    departed: set[ClientId]
     rejections: list[str]
 
 
@@ -475,14 +473,14 @@ def check_snapshot(
     problem = check_models(state.models)
     if problem is not None:
         return problem
-    clients = snapshot["clients"]
-    if not isinstance(clients, Mapping) or not all(
-        isinstance(info, ClientInfo) and info.id == cid and info.n_train >= 0
-        for cid, info in clients.items()
-    ):
-        return "the client registry is not one of client ids to their ClientInfo"
+    roster = snapshot["roster"]
+    if not isinstance(roster, Roster):
+        return f"the roster is a {type(roster).__name__}, not a Roster"
+    problem = roster.problem()
+    if problem is not None:
+        return problem
     for cid, cluster in state.assignment.items():
-        if cid not in clients:
+        if cid not in roster:
             return f"client {cid} is assigned a cluster but is not registered"
         if cluster not in state.models:
             return f"client {cid} is assigned cluster {cluster}, which has no model"
@@ -492,12 +490,6 @@ def check_snapshot(
         value = snapshot[key]
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             return f"{key} is {value!r}, expected a count"
-    epsilon = snapshot["epsilon"]
-    if not isinstance(epsilon, Mapping) or not all(
-        isinstance(e, float | int) and math.isfinite(e) and e >= 0
-        for e in epsilon.values()
-    ):
-        return "the privacy books (epsilon) hold a value that is not a finite ε"
     n_classes = snapshot["n_classes"]
     if n_classes is not None and (not isinstance(n_classes, int) or n_classes < 1):
         return f"n_classes is {n_classes!r}"

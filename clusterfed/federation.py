@@ -44,15 +44,8 @@ from clusterfed.types import ClientId
 from .checkpoint import CHECKPOINT, Checkpoint, FederationSnapshot, write_checkpoint
 from .global_test import GlobalTest
 from .provenance import algorithm_record
-from .results import (
-    Row,
-    RunRecorder,
-    RunResult,
-    cbcc_scores,
-    mean_std,
-    staleness_summary,
-    time_to_accuracy,
-)
+from .results import Row, RunRecorder, RunResult
+from .summary import cbcc_scores, mean_std, staleness_summary, time_to_accuracy
 
 OnRound = Callable[[Row], None]
 
@@ -227,7 +220,7 @@ class Federation:
         `interrupted`: the run stopped early; the summary covers the rounds
         that finished and says so."""
         extra = self._strategy_summary()
-        spent = {int(cid): eps for cid, eps in self.server.epsilon.items()}
+        spent = {int(cid): eps for cid, eps in self.server.roster.epsilon.items()}
         privacy = privacy_summary(self.privacy, spent)
         if privacy is not None:
             extra["privacy"] = privacy
@@ -345,7 +338,7 @@ class Federation:
         """Host new clients; each sends its join request to the server."""
         for spec in specs:
             if isinstance(spec, FaultyClientSpec):
-                self.server.faulty.add(ClientId(spec.id))
+                self.server.roster.faulty.add(ClientId(spec.id))
             if spec.privacy is not None:
                 self.privacy[spec.id] = spec.privacy
         joins = await self.runtime.add(specs)

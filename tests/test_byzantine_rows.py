@@ -215,7 +215,7 @@ def test_a_leave_for_another_client_sent_while_a_round_trains_is_refused(
         outcomes, 1, "sender 'client/3' came from client 2", update=False, mode=mode
     )
     assert isinstance(push.pushed[0], ErrorReply)  # type: ignore[attr-defined]
-    assert OTHER in server.clients
+    assert OTHER in server.roster
     assert_same_models(server, clean)
 
 
@@ -239,7 +239,7 @@ def test_a_leave_for_another_client_between_rounds_is_refused(mode: str) -> None
         outcomes, 1, "sender 'client/3' came from client 2", update=False, mode=mode
     )
     assert at == 1  # booked in the round after it
-    assert OTHER in server.clients
+    assert OTHER in server.roster
     assert any(OTHER in trained(o) for o in outcomes[1:])
     if mode == "sync":
         assert trained(outcomes[2]) == set(range(6))
@@ -275,7 +275,7 @@ def test_a_client_that_leaves_during_a_round_departs_after_it(mode: str) -> None
     assert refused_in(outcomes) == []
     assert HOSTILE in {c.id for c in outcomes[1].clients}  # its round is booked
     assert all(HOSTILE not in {c.id for c in o.clients} for o in outcomes[2:])
-    assert HOSTILE not in server.clients and HOSTILE in server.books.departed
+    assert HOSTILE not in server.roster and HOSTILE in server.roster.departed
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -303,7 +303,7 @@ def test_a_join_for_a_new_id_registers_no_phantom(mode: str, n_train: int) -> No
     clean, _ = run(mode=mode)
     reason = "n_train: Input should be less than" if n_train > 2**31 else "client 2"
     assert_refused_once(outcomes, 1, reason, update=False, mode=mode)
-    assert phantom not in server.clients
+    assert phantom not in server.roster
     assert_same_models(server, clean)
 
 
@@ -443,7 +443,7 @@ def test_a_reported_number_out_of_range_is_refused(
         clean, _ = run(mode=mode)
         assert_same_models(server, clean)
     else:
-        assert server.epsilon == {}
+        assert server.roster.epsilon == {}
         reference, _ = run(mode=mode, rewrite=fails(1))
         assert_same_models(server, reference)
 
@@ -512,7 +512,7 @@ def test_a_histogram_of_too_many_classes_is_refused_and_the_others_count() -> No
     reference, _ = run(rewrite=fails_always, **cafa())
     assert outcomes[0].rejected_messages == 1
     assert "65536 classes, the dataset has 10" in outcomes[0].rejections[0]
-    described = {c for c in server.described if c != HOSTILE}
+    described = {c for c in server.roster.described if c != HOSTILE}
     assert described == set(range(6)) - {HOSTILE}
     assert_same_models(server, reference)
 

@@ -357,7 +357,7 @@ def test_the_histogram_is_sent_only_when_the_strategy_asks() -> None:
     # Once per client, in its first round, whatever the number of rounds.
     assert cafa.kinds["describe_task"] == 8
     assert set(cafa.by_client["describe_task"].values()) == {1}
-    assert server.described == set(range(8))
+    assert server.roster.described == set(range(8))
     cbcc = outcomes[0].diagnostics
     assert isinstance(cbcc, CAFADiagnostics) and cbcc.cbcc is not None
     assert sorted(cbcc.cbcc.clusters) == list(range(8))

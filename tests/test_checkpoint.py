@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import clusterfed
+from clusterfed.actors.roster import Roster
 from clusterfed.actors.validation import ServerSnapshot, check_snapshot
 from clusterfed.algorithms import ClientInfo, ServerState
 from clusterfed.checkpoint import (
@@ -357,11 +358,11 @@ def test_a_model_scaled_by_1e30_is_refused_naming_the_weight(
     federation = checkpoint.federation
     state = federation["server"]["state"]
     huge = {c: m * np.float32(1e30) for c, m in state.models.items()}
-    # finite weights and a finite norm: the server's own check lets it pass
     server: ServerSnapshot = {
         **federation["server"],
         "state": state.replace(models=huge),
     }
+    # finite weights and a finite norm: the server's own check lets it pass
     assert check_snapshot(server, type(state), state.models[0].size) is None
     write_checkpoint(
         out,
@@ -449,18 +450,24 @@ def fitting_snapshot(**changes: Any) -> dict[str, Any]:
             assignment={ClientId(0): ClusterId(1), ClientId(1): ClusterId(0)},
         ),
         "rng": np.random.default_rng(0),
-        "clients": {
-            ClientId(0): ClientInfo(ClientId(0), n_train=0),
-            ClientId(1): ClientInfo(ClientId(1), n_train=9, joined_round=2),
-        },
+        "roster": roster(),
         "next_id": 0,
-        "epsilon": {ClientId(0): 0, ClientId(1): 0.0},
-        "described": set(),
         "n_classes": 1,
-        "departed": set(),
         "rejections": [],
     }
     return snapshot | changes
+
+
+def roster(**changes: Any) -> Roster:
+    """The fitting snapshot's roster, with `changes`."""
+    fitting = Roster(
+        members={
+            ClientId(0): ClientInfo(ClientId(0), n_train=0),
+            ClientId(1): ClientInfo(ClientId(1), n_train=9, joined_round=2),
+        },
+        epsilon={ClientId(0): 0, ClientId(1): 0.0},
+    )
+    return dataclasses.replace(fitting, **changes)
 
 
 def with_models(**models: np.ndarray) -> ServerState:
@@ -482,9 +489,9 @@ def test_a_snapshot_at_the_edges_of_what_fits_is_taken(n_classes: int | None) ->
 
 def test_a_snapshot_missing_keys_names_them_all_in_order() -> None:
     snapshot = fitting_snapshot()
-    del snapshot["rng"], snapshot["epsilon"]
+    del snapshot["rng"], snapshot["roster"]
     assert check_snapshot(snapshot, ServerState, N_WEIGHTS) == (
-        "the server state lacks epsilon, rng"
+        "the server state lacks rng, roster"
     )
 
 
@@ -521,28 +528,38 @@ DAMAGED: dict[str, tuple[dict[str, Any], str]] = {
         "cluster 1's model would not be finite",
     ),
     "a list for a registry": (
-        {"clients": [ClientInfo(ClientId(0), 0), ClientInfo(ClientId(1), 9)]},
+        {"roster": roster(members=[ClientInfo(ClientId(0), 0)])},
         "the client registry is not one of client ids to their ClientInfo",
     ),
     "a registry entry under another id": (
-        {"clients": {ClientId(0): ClientInfo(ClientId(0), 0), 1: ClientInfo(2, 9)}},
+        {
+            "roster": roster(
+                members={0: ClientInfo(ClientId(0), 0), 1: ClientInfo(2, 9)}
+            )
+        },
         "the client registry is not one of client ids to their ClientInfo",
     ),
     "a negative n_train": (
-        {"clients": {ClientId(0): ClientInfo(ClientId(0), 0), 1: ClientInfo(1, -1)}},
+        {
+            "roster": roster(
+                members={0: ClientInfo(ClientId(0), 0), 1: ClientInfo(1, -1)}
+            )
+        },
         "the client registry is not one of client ids to their ClientInfo",
     ),
     "a look-alike of ClientInfo": (
         {
-            "clients": {
-                ClientId(0): ClientInfo(ClientId(0), 0),
-                1: types.SimpleNamespace(id=1, n_train=9, joined_round=0),
-            }
+            "roster": roster(
+                members={
+                    ClientId(0): ClientInfo(ClientId(0), 0),
+                    1: types.SimpleNamespace(id=1, n_train=9, joined_round=0),
+                }
+            )
         },
         "the client registry is not one of client ids to their ClientInfo",
     ),
     "an assigned client not registered": (
-        {"clients": {ClientId(1): ClientInfo(ClientId(1), 9)}},
+        {"roster": roster(members={ClientId(1): ClientInfo(ClientId(1), 9)})},
         "client 0 is assigned a cluster but is not registered",
     ),
     "a cluster without a model": (
@@ -565,24 +582,40 @@ DAMAGED: dict[str, tuple[dict[str, Any], str]] = {
     "a negative next_id": ({"next_id": -1}, "next_id is -1, expected a count"),
     "a bool next_id": ({"next_id": False}, "next_id is False, expected a count"),
     "a list of ε": (
-        {"epsilon": [0.0, 1.0]},
+        {"roster": roster(epsilon=[0.0, 1.0])},
         "the privacy books (epsilon) hold a value that is not a finite ε",
     ),
     "an infinite ε": (
-        {"epsilon": {ClientId(0): 0.0, ClientId(1): math.inf}},
+        {"roster": roster(epsilon={ClientId(0): 0.0, ClientId(1): math.inf})},
         "the privacy books (epsilon) hold a value that is not a finite ε",
     ),
     "a NaN ε": (
-        {"epsilon": {ClientId(0): math.nan}},
+        {"roster": roster(epsilon={ClientId(0): math.nan})},
         "the privacy books (epsilon) hold a value that is not a finite ε",
     ),
     "a negative ε": (
-        {"epsilon": {ClientId(0): -0.5}},
+        {"roster": roster(epsilon={ClientId(0): -0.5})},
         "the privacy books (epsilon) hold a value that is not a finite ε",
     ),
     "an ε written as text": (
-        {"epsilon": {ClientId(0): "0.5"}},
+        {"roster": roster(epsilon={ClientId(0): "0.5"})},
         "the privacy books (epsilon) hold a value that is not a finite ε",
+    ),
+    "a plain dict for the roster": (
+        {"roster": {"members": {}}},
+        "the roster is a dict, not a Roster",
+    ),
+    "a list of leavers": (
+        {"roster": roster(departed=[ClientId(3)])},
+        "the roster's departed is not a set of client ids",
+    ),
+    "a member that also left": (
+        {"roster": roster(departed={ClientId(1)})},
+        "clients [1] are both members and departed",
+    ),
+    "a leave mid-round": (
+        {"roster": roster(leaving=[ClientId(1)])},
+        "the roster holds leaves of a round that did not end",
     ),
     "no class": ({"n_classes": 0}, "n_classes is 0"),
     "a float class count": ({"n_classes": 2.0}, "n_classes is 2.0"),

@@ -102,7 +102,7 @@ BAD_STATE: ClientState = {"privacy": [(1.0, 2.0, 3)]}  # a sample rate of 2
 FOREIGN: dict[str, tuple[Edit, str]] = {
     "the layout of format 3": (
         _flat,
-        "the checkpoint lacks driver, engine, recorder, server",
+        "the checkpoint lacks clients, devices, driver, engine, recorder, server",
     ),
     "no snapshot at all": (lambda _: ["server"], "the checkpoint holds a list"),
     "an engine that is a list": (
@@ -118,8 +118,8 @@ FOREIGN: dict[str, tuple[Edit, str]] = {
         "the recorder's snapshot holds rows, unknown to a RecorderSnapshot",
     ),
     "a server without its books": (
-        _without("server", "epsilon"),
-        "the server's snapshot lacks epsilon",
+        _without("server", "roster"),
+        "the server's snapshot lacks roster",
     ),
     "a driver in a sync run": (
         _with(driver={}),

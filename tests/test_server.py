@@ -210,7 +210,7 @@ def test_a_forged_histogram_is_refused_counted_and_not_asked_again() -> None:
     server, outcomes = run_cafa(2, on_kind(2, "class_histogram", other))
     assert outcomes[0].rejected_messages == 1 and outcomes[1].rejected_messages == 0
     assert "client 2: describe: histogram of client 5" in outcomes[0].rejections[0]
-    assert ClientId(2) in server.described
+    assert ClientId(2) in server.roster.described
     clusters = _cbcc(outcomes[1]).clusters
     assert ClientId(2) not in clusters and len(clusters) == 7
 

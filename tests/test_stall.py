@@ -85,7 +85,7 @@ def run(folder: Path, scenario: Scenario) -> tuple[list[dict[str, Any]], float]:
     config = {"scenario": scenario.model_dump(mode="json")}
     federation = Federation(scenario, ProcessRuntime(2), folder, config=config)
     rows = asyncio.run(drive(federation)).rows
-    return rows, federation.server.epsilon.get(ClientId(STALLING), 0.0)
+    return rows, federation.server.roster.epsilon.get(ClientId(STALLING), 0.0)
 
 
 def dp_scenario(**changes: Any) -> Scenario:

@@ -118,7 +118,7 @@ def _run(name: str, out: Path) -> tuple[list[dict[str, Any]], list[ServerState]]
 
     def after(row: dict[str, Any]) -> None:
         if row["round"] < scenario.rounds - 1:  # no checkpoint after the last
-            states.append(read_checkpoint(out).server["state"])
+            states.append(read_checkpoint(out).federation["server"]["state"])
 
     result = clusterfed.run(
         scenario,
