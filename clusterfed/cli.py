@@ -205,8 +205,9 @@ def _number(value: float | None, spec: str) -> str:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from clusterfed.comparison import compare, seeds_table, table
+    from clusterfed.comparison import compare
     from clusterfed.seeds import parse_seeds
+    from clusterfed.tables import seeds_table, table
 
     result = compare(
         args.scenario,

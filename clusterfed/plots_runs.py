@@ -81,7 +81,7 @@ def _runs_in(folder: Path) -> list[tuple[str, list[Row]]]:
 
 def _honest_accs(row: Row) -> list[float]:
     """The client accuracies the run's means count: a client the scenario
-    made faulty reports its own (`results.mean_std` leaves it out too)."""
+    made faulty reports its own (`summary.mean_std` leaves it out too)."""
     return [
         c["acc"]
         for c in row["clients"]

@@ -17,7 +17,7 @@ from scipy import stats
 
 from clusterfed.errors import ConfigError
 
-# The summary fields (results.summarize) that get an interval over seeds.
+# The summary fields (summary.summarize) that get an interval over seeds.
 METRICS = (
     "final_mean_acc",
     "avg_mean_acc",

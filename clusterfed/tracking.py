@@ -17,7 +17,7 @@ from typing import Any
 
 from clusterfed.errors import ConfigError
 
-from .results import Row, mean_std
+from .summary import Row, mean_std
 
 LOGS = ("csv", "tensorboard")
 CSV_FILE = "scalars.csv"

@@ -16,12 +16,7 @@ from scipy import stats
 
 import clusterfed
 from clusterfed.cli import main
-from clusterfed.comparison import (
-    CompareResult,
-    default_compare_out,
-    run_folder,
-    seeds_table,
-)
+from clusterfed.comparison import CompareResult, default_compare_out, run_folder
 from clusterfed.errors import ConfigError
 from clusterfed.folders import MARKER
 from clusterfed.seeds import (
@@ -32,6 +27,7 @@ from clusterfed.seeds import (
     seed_statistics,
     seeds_json,
 )
+from clusterfed.tables import seeds_table
 from helpers import assert_compare_contract, small_scenario
 
 # -- the statistics --------------------------------------------------------------

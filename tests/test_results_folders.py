@@ -9,9 +9,9 @@ import pytest
 
 import clusterfed
 from clusterfed.cli import main
-from clusterfed.comparison import table
 from clusterfed.errors import ConfigError
 from clusterfed.folders import MARKER
+from clusterfed.tables import table
 from helpers import small_scenario
 
 

@@ -14,9 +14,9 @@ import numpy as np
 
 import clusterfed
 from clusterfed.actors import RoundOutcome
-from clusterfed.plots import _mean_acc
-from clusterfed.results import mean_std
+from clusterfed.plots_runs import _mean_acc
 from clusterfed.scenarios import Faulty
+from clusterfed.summary import mean_std
 from clusterfed.testing import Request, ServerHarness
 from clusterfed.types import ClientId
 from helpers import small_scenario
@@ -34,7 +34,7 @@ def lying_round(faulty: bool) -> RoundOutcome:
     """One round where client 2 claims accuracy 1.0 and ε = 50."""
     harness = ServerHarness(small_scenario(rounds=1))
     if faulty:
-        harness.server.faulty.add(LIAR)
+        harness.server.roster.faulty.add(LIAR)
 
     async def answer(request: Request) -> bytes | None:
         reply = await harness.honest(request)

@@ -11,7 +11,7 @@ import pytest
 
 import clusterfed
 from clusterfed import plots, plots_runs
-from clusterfed.comparison import seeds_table, table
+from clusterfed.tables import seeds_table, table
 from helpers import small_scenario
 
 

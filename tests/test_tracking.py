@@ -9,7 +9,7 @@ import pytest
 
 import clusterfed
 from clusterfed.errors import ConfigError
-from clusterfed.results import mean_std
+from clusterfed.summary import mean_std
 from clusterfed.tracking import COLUMNS
 from helpers import read_rounds, small_scenario
 
