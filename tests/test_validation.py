@@ -5,6 +5,10 @@ running server; here each check is called directly, at the edges of what it
 allows, and each refusal is compared whole with the reason a person reads in
 `rounds.jsonl`. Every expected value is written out, not computed by the code
 under test.
+
+A check called alone involves no mode, so these tests are single-mode; the
+section on `Round.settle` sends the update cases through the one object that
+settles a train reply in both modes, configured as each mode configures it.
 """
 
 from __future__ import annotations
@@ -14,6 +18,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from clusterfed.actors import ClientOutcome, Exchange
+from clusterfed.actors.roster import Roster
+from clusterfed.actors.round import Lateness, Round, UpdateLimits, on_time
 from clusterfed.actors.validation import (
     ReplyBooks,
     check_evaluation,
@@ -24,7 +31,7 @@ from clusterfed.actors.validation import (
     client_of,
     membership_problem,
 )
-from clusterfed.algorithms import ProbePlan, TaskPlan
+from clusterfed.algorithms import ClientInfo, ClientUpdate, ProbePlan, TaskPlan
 from clusterfed.protocol import (
     ClassHistogram,
     DescribeTask,
@@ -41,7 +48,9 @@ from clusterfed.types import ClientId, ClusterId
 
 FLOAT32_MAX = 3.4028234663852886e38  # np.finfo(np.float32).max, written out
 NONCE = "5eed"
-MEMBERS = {ClientId(0), ClientId(1), ClientId(2)}
+MEMBERS = Roster(members={ClientId(c): ClientInfo(ClientId(c), 10) for c in range(3)})
+# The same members, after client 4 left.
+LEFT = Roster(members=dict(MEMBERS.members), departed={ClientId(4)})
 
 
 def test_a_client_address_names_its_id_and_nothing_else_does() -> None:
@@ -90,10 +99,9 @@ def reply(
     )
 
 
-def books_in_round(round: int = 1, departed: set[int] | None = None) -> ReplyBooks:
+def books_in_round(round: int = 1) -> ReplyBooks:
     books = ReplyBooks()
     books.begin_round(round)
-    books.departed = {ClientId(c) for c in departed or set()}
     return books
 
 
@@ -205,8 +213,8 @@ REFUSED_REPLIES: dict[str, tuple[Envelope, Envelope, int, str]] = {
 @pytest.mark.parametrize("case", list(REFUSED_REPLIES))
 def test_a_reply_that_does_not_answer_is_refused_naming_why(case: str) -> None:
     answer, asked, client, reason = REFUSED_REPLIES[case]
-    books = books_in_round(1, departed={4})
-    assert books.check_reply(answer, asked, ClientId(client), MEMBERS) == reason
+    books = books_in_round(1)
+    assert books.check_reply(answer, asked, ClientId(client), LEFT) == reason
 
 
 def test_a_client_may_join_or_leave_in_its_own_name() -> None:
@@ -275,9 +283,9 @@ INBOUND: dict[str, tuple[Envelope, str]] = {
 @pytest.mark.parametrize("case", list(INBOUND))
 def test_an_inbound_reply_is_refused_naming_why(case: str) -> None:
     message, reason = INBOUND[case]
-    books = books_in_round(1, departed={4})
+    books = books_in_round(1)
     books.accept(reply("c1-a"), request(0), ClientId(1))
-    assert books.check_inbound(message, MEMBERS) == reason
+    assert books.check_inbound(message, LEFT) == reason
 
 
 def test_before_any_round_no_inbound_reply_is_of_a_round_that_is_over() -> None:
@@ -403,6 +411,96 @@ def test_an_update_that_may_not_touch_a_model_is_refused_naming_why(
 ) -> None:
     payload, task, max_norm, reason = REFUSED_UPDATES[case]
     assert check_update(payload, task, 4, max_norm, n_train=7) == reason
+
+
+# -- Round.settle: the one judge of both modes ----------------------------------------
+# The checks above are called alone: no mode is involved. A synchronous round
+# and the asynchronous driver settle every train reply through
+# `Round.settle`, each configuring the round its way (sync: one update per
+# client, lateness by the deadline; async: several, each with its staleness);
+# here the same cases go through a round configured each way.
+
+MODES = ["sync", "async"]
+
+
+def fresh(update: ClientUpdate) -> tuple[str | None, int | None]:
+    """The asynchronous driver's lateness rule for an update of the current
+    model version: not late, staleness 0."""
+    return None, 0
+
+
+LATENESS: dict[str, Lateness] = {"sync": on_time, "async": fresh}
+
+
+def round_of(mode: str, max_norm: float | None = None) -> Round:
+    """Round 1, client 1 (n_train 7) its one member, a model of 4 weights;
+    as a synchronous round or an asynchronous aggregation makes it."""
+    return Round(
+        number=1,
+        roster=Roster(members={ClientId(1): ClientInfo(ClientId(1), 7)}),
+        outcomes={ClientId(1): ClientOutcome(ClientId(1))},
+        rejections=[],
+        limits=UpdateLimits(4, max_update_norm=max_norm),
+        once_per_client=mode == "sync",
+    )
+
+
+def settled(books: Round, mode: str, payload: Message, task: TaskPlan) -> ClientUpdate:
+    """Settle and book `payload` as the reply to `task`, as `mode` does."""
+    exchange = Exchange("ok", reply(payload=payload), bytes_up=100)
+    return books.record(
+        books.settle(task, exchange, length_s=1.0, lateness=LATENESS[mode])
+    )
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", list(REFUSED_UPDATES))
+def test_a_round_refuses_an_update_alike_in_both_modes(mode: str, case: str) -> None:
+    payload, task, max_norm, reason = REFUSED_UPDATES[case]
+    books = round_of(mode, max_norm)
+    update = settled(books, mode, payload, task)
+    assert (update.status, update.reason, update.delta) == ("rejected", reason, None)
+    assert books.rejections == [f"client 1: {reason}"]
+    outcome = books.outcomes[ClientId(1)]
+    assert (outcome.status, outcome.reason, outcome.bytes_up) == (
+        "rejected",
+        reason,
+        100,
+    )
+    assert outcome.staleness == (0 if mode == "async" else None)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_round_takes_an_update_inside_every_bound_in_both_modes(mode: str) -> None:
+    books = round_of(mode, 5.0)
+    update = settled(books, mode, update_of([3, 4, 0, 0], n_samples=7), plan(ZEROS))
+    assert (update.status, update.n_samples, update.cluster) == ("ok", 7, 0)
+    np.testing.assert_array_equal(update.delta, np.array([3, 4, 0, 0], np.float32))
+    assert books.rejections == []
+    assert books.outcomes[ClientId(1)].status == "ok"
+
+
+@pytest.mark.parametrize(
+    ("mode", "second"),
+    [("sync", "rejected"), ("async", "ok")],
+    ids=["sync: one task a round", "async: a fast client may send several"],
+)
+def test_a_second_update_of_a_client_is_refused_in_a_synchronous_round_only(
+    mode: str, second: str
+) -> None:
+    # The one rule of one mode: a synchronous round sends each client one
+    # task, the asynchronous driver may start a fast client again before the
+    # next aggregation.
+    books = round_of(mode)
+    first = settled(books, mode, update_of(ZEROS), plan(ZEROS))
+    again = settled(books, mode, update_of(ZEROS), plan(ZEROS))
+    assert first.ok and again.status == second
+    if mode == "sync":
+        reason = "duplicate: a second update from client 1 in round 1"
+        assert again.reason == reason
+        assert books.rejections == [f"client 1: {reason}"]
+    else:
+        assert books.rejections == []
 
 
 # -- histograms, evaluations, probes, models ----------------------------------------
