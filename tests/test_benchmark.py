@@ -121,7 +121,13 @@ def test_the_page_names_the_missing_algorithms(tmp_path: Path) -> None:
     made = outcome({"a": [0.8, 0.7], "b": [0.6, 0.5]}, walls)
     target = tmp_path / "BENCHMARK.md"
     page.write_page(
-        [made], "python bench/benchmark.py", target, ("fedem",), tmp_path, False
+        [made],
+        "python bench/benchmark.py",
+        target,
+        ("fedem",),
+        tmp_path,
+        False,
+        tmp_path / "records",
     )
     text = target.read_text()
     assert "Not in clusterfed yet, so not on this page: `fedem`." in text

@@ -87,5 +87,5 @@ def main() -> None:
     figure_folder = out / "figures" if args.quick else ROOT / "docs" / "figures"
     page.parent.mkdir(parents=True, exist_ok=True)
     command = shlex.join(["python", "bench/benchmark.py", *sys.argv[1:]])
-    write_page(outcomes, command, page, missing(), figure_folder, args.quick)
+    write_page(outcomes, command, page, missing(), figure_folder, args.quick, folder)
     print(f"wrote {page}")

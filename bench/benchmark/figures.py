@@ -11,6 +11,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display where the page is written; before pyplot
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 from reproduce.runner import Outcome, mean_acc  # noqa: E402
 
 from clusterfed.seeds import interval  # noqa: E402
@@ -41,6 +42,7 @@ def accuracy_per_round(outcome: Outcome, path: Path) -> Path:
             high = [i.high for i in per_round]
             ax.fill_between(rounds, low, high, color=colour, alpha=0.15)
     ax.set(xlabel="round", ylabel="mean client accuracy", ylim=(0, 1))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(outcome.experiment.key)
     ax.legend(fontsize="x-small", ncol=2, loc="lower right")
     fig.tight_layout()

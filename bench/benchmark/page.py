@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reproduce.runner import Outcome
+from reproduce.runner import ROOT, Outcome
 
 from clusterfed.scenarios import load_scenario
 from clusterfed.seeds import Interval, interval, paired_differences
@@ -135,8 +135,10 @@ def write_page(
     missing: Sequence[str],
     figure_folder: Path,
     quick: bool,
+    records: Path,
 ) -> None:
-    """Write the page to `path`, its figures into `figure_folder`."""
+    """Write the page to `path`, its figures into `figure_folder`, from the
+    outcomes recorded in `records`."""
     figure_folder.mkdir(parents=True, exist_ok=True)
 
     def link(figure: Path) -> str:
@@ -154,7 +156,7 @@ def write_page(
         " 0. Accuracies are each client's on its own held-out samples, averaged over"
         " the clients; `avg acc` averages that over the rounds.",
         "",
-        f"Written by `{command}` from the records in `docs/records/benchmark`"
+        f"Written by `{command}` from the records in `{_shown(records)}`"
         + (" (--quick: a smoke test, not a result)." if quick else "."),
         "",
     ]
@@ -204,3 +206,9 @@ def write_page(
             "",
         ]
     path.write_text("\n".join(lines))
+
+
+def _shown(folder: Path) -> str:
+    """`folder` relative to the repository when it is inside it."""
+    folder = folder.resolve()
+    return str(folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder)
