@@ -12,190 +12,50 @@ A state holds no random stream. The server owns one `numpy.random.Generator`,
 seeded from the scenario, and passes it to the hooks that may draw from it
 (`plan_round`, `plan_probes`, `aggregate`, `on_describe`, as the last
 argument), always in the same order, so a scenario and a seed fix every draw.
+
+What the hooks exchange (`ClientInfo`, `TaskPlan`, `ClientUpdate`,
+`ServerState`…) is in `records.py`; the policies a client actor runs when a
+task offers several models (`IdentityPolicy`, `ImportancePolicy`) in
+`policy.py`. Both are re-exported here.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import (
     TYPE_CHECKING,
     Any,
     ClassVar,
     Generic,
-    Literal,
-    Protocol,
-    Self,
     TypeVar,
-    runtime_checkable,
 )
 
 import numpy as np
 
 from clusterfed.protocol import TrainConfig
-from clusterfed.types import ClientId, ClusterId, ModelKey, Status
+from clusterfed.types import ClientId, ClusterId, ModelKey
 
 from .diagnostics import Diagnostics
+from .policy import Candidate as Candidate
+from .policy import ClientProbe as ClientProbe
+from .policy import IdentityPolicy as IdentityPolicy
+from .policy import ImportancePolicy as ImportancePolicy
+from .policy import SampleLossProbe as SampleLossProbe
+from .policy import heaviest as heaviest
+from .policy import reports_importance as reports_importance
+from .records import ClientInfo as ClientInfo
+from .records import ClientUpdate as ClientUpdate
+from .records import PeerScore as PeerScore
+from .records import ProbePlan as ProbePlan
+from .records import ServerState as ServerState
+from .records import SubspaceRequest as SubspaceRequest
+from .records import TaskPlan as TaskPlan
+from .records import Want as Want
 from .robust import MEAN, Krum, Mean, Median, NormClip, TrimmedMean
 
 if TYPE_CHECKING:  # _aggregate imports this module
     from ._aggregate import ClusterSums
-
-Want = Literal["class_histogram", "data_subspace"]
-"""A data description a strategy may ask clients for (see `Strategy.wants`):
-CAFA's class histogram, or PACFL's data subspace (the first left singular
-vectors of the client's flattened training data)."""
-
-
-@dataclass(frozen=True)
-class SubspaceRequest:
-    """What a client computes for a "data_subspace" description.
-
-    Attributes:
-        n_basis: p, the left singular vectors sent (per class with
-            `per_class`).
-        per_class: one SVD per class the client holds, the blocks stacked;
-            False: one SVD of all its training data.
-    """
-
-    n_basis: int = 3
-    per_class: bool = True
-
-
-@dataclass(frozen=True)
-class ClientInfo:
-    """What the server knows of a client: never its data, only its size.
-
-    `n_test` (its held-out samples) is what the server times a probe of the
-    client by."""
-
-    id: ClientId
-    n_train: int
-    joined_round: int = 0
-    n_test: int = 0
-
-
-@dataclass(frozen=True)
-class TaskPlan:
-    """One client's task this round: the model(s) it receives, its settings.
-
-    `models` maps cluster ids (or `GLOBAL`, for a model of no cluster) to
-    flat weight vectors; a client trains the only one, or chooses among
-    several when its policy does (IFCA-like).
-    `overrides` replaces fields of the run's `TrainConfig` for this task only,
-    e.g. `{"epochs": 5}` for a longer first round. With several models,
-    `identity` names the `IdentityPolicy` the client runs to pick one (with
-    `identity_params`), and `last_updates` gives it each cluster's last change.
-    """
-
-    client: ClientId
-    models: Mapping[ModelKey, np.ndarray]
-    overrides: Mapping[str, Any] = field(default_factory=dict)
-    identity: str | None = None
-    identity_params: Mapping[str, float | int | str | bool] = field(
-        default_factory=dict
-    )
-    last_updates: Mapping[ModelKey, np.ndarray] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class ProbePlan:
-    """One client scores several models on its held-out split (model sharing).
-
-    `models` maps the client whose model it is (its owner) to the weights. The
-    server sends them in one probe task; the scores come back to the strategy
-    on the owners' `ClientUpdate.peer_scores`.
-    """
-
-    client: ClientId
-    models: Mapping[ClientId, np.ndarray]
-
-
-@dataclass(frozen=True)
-class PeerScore:
-    """How a model did on one peer's held-out split of `n_samples` samples."""
-
-    accuracy: float
-    loss: float
-    n_samples: int
-
-
-@dataclass(frozen=True)
-class ClientUpdate:
-    """A client's outcome as the strategy sees it: data, never an exception.
-
-    `base` is the model the client trained from and `delta` the change it
-    uploaded; both are None unless `status` is "ok" (or "late", where the
-    strategy may use a stale update). `peer_scores` holds, by evaluating
-    client, the scores this update's model got in the round's probes (empty
-    unless the strategy plans probes).
-    """
-
-    client: ClientId
-    cluster: ModelKey  # the model it trained: a cluster's, or GLOBAL
-    status: Status
-    base: np.ndarray | None = None
-    delta: np.ndarray | None = None
-    n_samples: int = 0
-    loss: float | None = None
-    reason: str | None = None
-    peer_scores: Mapping[ClientId, PeerScore] = field(default_factory=dict)
-    importance: tuple[float, ...] | None = None
-    """An importance policy's weights (FedSoft's), one per model sent in the
-    task's order, summing to 1; None for any other task."""
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-    @property
-    def cluster_id(self) -> ClusterId:
-        """The cluster whose model it trained.
-
-        Raises:
-            ValueError: it trained the global model, which is no cluster's
-                (only a strategy that sends it, DCFL, gets such an update:
-                the server refuses an update of a model it did not send).
-        """
-        cluster = self.cluster
-        if isinstance(cluster, str):  # GLOBAL, the one key that is no id
-            raise ValueError(
-                f"client {self.client}'s update is of the global model,"
-                " which belongs to no cluster"
-            )
-        return cluster
-
-
-@dataclass(frozen=True)
-class ServerState:
-    """Cluster models (flat float32 vectors) and the client → cluster map.
-
-    The state every strategy keeps. A strategy that must remember more (a
-    Dunn index, clients waiting to be placed, per-cluster losses) subclasses
-    it as another frozen dataclass with typed fields.
-    """
-
-    models: Mapping[ClusterId, np.ndarray]
-    assignment: Mapping[ClientId, ClusterId]
-
-    def replace(self, **changes: Any) -> Self:
-        """A copy of this state, of the same type, with `changes` applied."""
-        return dataclasses.replace(self, **changes)
-
-    @property
-    def n_clusters(self) -> int:
-        """Clusters that hold at least one client."""
-        return len(set(self.assignment.values()))
-
-    def largest_cluster(self) -> ClusterId:
-        """The cluster with most clients (ties: lowest id); the lowest id if none."""
-        sizes = dict.fromkeys(self.models, 0)
-        for cluster in self.assignment.values():
-            sizes[cluster] += 1
-        return min(sizes, key=lambda k: (-sizes[k], k))
-
 
 S = TypeVar("S", bound=ServerState)
 """A strategy's own state type: `ServerState` or a frozen subclass of it."""
@@ -478,98 +338,6 @@ def streams(strategy: Strategy[Any]) -> bool:
     """Whether the server folds `strategy`'s rounds: it declares `folds`
     and aggregates by the mean (a robust rule needs every update)."""
     return strategy.folds and isinstance(strategy.aggregator, Mean)
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One model a client may pick: its cluster, weights and last change."""
-
-    cluster: ModelKey
-    weights: np.ndarray
-    last_update: np.ndarray | None = None
-
-
-class ClientProbe(Protocol):
-    """What an identity policy may ask of the client's own data."""
-
-    def loss(self, weights: np.ndarray) -> float:
-        """Mean loss of `weights` over the client's training samples."""
-        ...
-
-    def batch_loss_and_gradient(
-        self, weights: np.ndarray, round: int
-    ) -> tuple[float, np.ndarray]:
-        """Mean loss and its gradient (flat) on one mini-batch of the round."""
-        ...
-
-
-class IdentityPolicy(ABC):
-    """A cluster-identity choice that runs inside the client actor.
-
-    The server sends several candidate models and the policy's name; the
-    client picks one with its own data and trains it. Subclasses set `name`;
-    their keyword-only `__init__` arguments are the policy's parameters.
-    """
-
-    name: ClassVar[str]
-
-    @abstractmethod
-    def choose(
-        self, probe: ClientProbe, candidates: Sequence[Candidate], round: int
-    ) -> ModelKey:
-        """The candidate (its `cluster`) whose model the client trains."""
-
-
-@runtime_checkable
-class SampleLossProbe(ClientProbe, Protocol):
-    """What an importance policy asks of the client's data: a loss per sample."""
-
-    def sample_losses(self, weights: np.ndarray) -> np.ndarray:
-        """The loss of `weights` on each training sample, in sample order."""
-        ...
-
-
-class ImportancePolicy(IdentityPolicy):
-    """A client policy that weighs every candidate instead of picking one
-    (soft clustering: FedSoft's).
-
-    The client trains from the candidate it weighs most (ties: the first),
-    with a proximal term c/2·‖w − candidate‖² toward each candidate, c given
-    by `proximal`, and returns the weights with its update
-    (`UpdateReply.importance`, `ClientUpdate.importance`); the server refuses
-    an update of such a task without them."""
-
-    @abstractmethod
-    def importance(
-        self, probe: SampleLossProbe, candidates: Sequence[Candidate]
-    ) -> tuple[float, ...]:
-        """One weight per candidate, in candidate order, summing to 1."""
-
-    @abstractmethod
-    def proximal(self, importance: Sequence[float]) -> tuple[float, ...]:
-        """The proximal coefficient toward each candidate."""
-
-    def choose(
-        self, probe: ClientProbe, candidates: Sequence[Candidate], round: int
-    ) -> ModelKey:
-        """The candidate weighed most (ties: the first)."""
-        if not isinstance(probe, SampleLossProbe):
-            raise TypeError(f"{self.name} needs a probe with sample_losses")
-        weights = self.importance(probe, candidates)
-        return candidates[heaviest(weights)].cluster
-
-
-def heaviest(importance: Sequence[float]) -> int:
-    """The index of the largest weight (ties: the first)."""
-    return int(np.argmax(np.asarray(importance, dtype=np.float64)))
-
-
-def reports_importance(identity: str | None) -> bool:
-    """Whether the identity rule `identity` names is an importance policy."""
-    from .registry import identity_policies  # the registry imports this module
-
-    policy = identity_policies().get(identity) if identity else None
-    return policy is not None and issubclass(policy, ImportancePolicy)
 
 
 def _owner(cls: type, name: str) -> type:

@@ -25,7 +25,9 @@ from clusterfed.errors import ScenarioError
 from clusterfed.scenarios import load_scenario, with_overrides
 from helpers import small_scenario
 
-HONOURING = "cafa, cfl, dcfl, fedac, fedacp, fedavg, fedprox, gradloss, ifca, ocfl"
+HONOURING = (
+    "cafa, cfl, dcfl, fedac, fedacp, fedavg, fedprox, flhc, gradloss, ifca, ocfl, pacfl"
+)
 
 
 def _overridden(algorithm: str, *assignments: str) -> Any:
@@ -91,7 +93,15 @@ def own(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_streaming_follows_the_declaration_and_a_mean_aggregator() -> None:
     declared = {n for n, c in algorithms().items() if c.folds}
-    assert declared == {"fedasync", "fedavg", "fedbuff", "fedprox", "gradloss", "ifca"}
+    assert declared == {
+        "fedasync",
+        "fedavg",
+        "fedbuff",
+        "fedprox",
+        "gradloss",
+        "ifca",
+        "pacfl",
+    }
     assert streams(FedAvg()) and not streams(_OwnStep())
     median = FedAvg()
     median.aggregator = Median()

@@ -1,0 +1,106 @@
+"""Client-side policies: what runs inside a client actor when a task offers
+several models — an identity policy picks the one it trains (IFCA, the
+gradient–loss rule), an importance policy weighs them all (FedSoft)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Protocol, runtime_checkable
+
+import numpy as np
+
+from clusterfed.types import ModelKey
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One model a client may pick: its cluster, weights and last change."""
+
+    cluster: ModelKey
+    weights: np.ndarray
+    last_update: np.ndarray | None = None
+
+
+class ClientProbe(Protocol):
+    """What an identity policy may ask of the client's own data."""
+
+    def loss(self, weights: np.ndarray) -> float:
+        """Mean loss of `weights` over the client's training samples."""
+        ...
+
+    def batch_loss_and_gradient(
+        self, weights: np.ndarray, round: int
+    ) -> tuple[float, np.ndarray]:
+        """Mean loss and its gradient (flat) on one mini-batch of the round."""
+        ...
+
+
+class IdentityPolicy(ABC):
+    """A cluster-identity choice that runs inside the client actor.
+
+    The server sends several candidate models and the policy's name; the
+    client picks one with its own data and trains it. Subclasses set `name`;
+    their keyword-only `__init__` arguments are the policy's parameters.
+    """
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def choose(
+        self, probe: ClientProbe, candidates: Sequence[Candidate], round: int
+    ) -> ModelKey:
+        """The candidate (its `cluster`) whose model the client trains."""
+
+
+@runtime_checkable
+class SampleLossProbe(ClientProbe, Protocol):
+    """What an importance policy asks of the client's data: a loss per sample."""
+
+    def sample_losses(self, weights: np.ndarray) -> np.ndarray:
+        """The loss of `weights` on each training sample, in sample order."""
+        ...
+
+
+class ImportancePolicy(IdentityPolicy):
+    """A client policy that weighs every candidate instead of picking one
+    (soft clustering: FedSoft's).
+
+    The client trains from the candidate it weighs most (ties: the first),
+    with a proximal term c/2·‖w − candidate‖² toward each candidate, c given
+    by `proximal`, and returns the weights with its update
+    (`UpdateReply.importance`, `ClientUpdate.importance`); the server refuses
+    an update of such a task without them."""
+
+    @abstractmethod
+    def importance(
+        self, probe: SampleLossProbe, candidates: Sequence[Candidate]
+    ) -> tuple[float, ...]:
+        """One weight per candidate, in candidate order, summing to 1."""
+
+    @abstractmethod
+    def proximal(self, importance: Sequence[float]) -> tuple[float, ...]:
+        """The proximal coefficient toward each candidate."""
+
+    def choose(
+        self, probe: ClientProbe, candidates: Sequence[Candidate], round: int
+    ) -> ModelKey:
+        """The candidate weighed most (ties: the first)."""
+        if not isinstance(probe, SampleLossProbe):
+            raise TypeError(f"{self.name} needs a probe with sample_losses")
+        weights = self.importance(probe, candidates)
+        return candidates[heaviest(weights)].cluster
+
+
+def heaviest(importance: Sequence[float]) -> int:
+    """The index of the largest weight (ties: the first)."""
+    return int(np.argmax(np.asarray(importance, dtype=np.float64)))
+
+
+def reports_importance(identity: str | None) -> bool:
+    """Whether the identity rule `identity` names is an importance policy."""
+    from .registry import identity_policies  # the registry imports this module
+
+    policy = identity_policies().get(identity) if identity else None
+    return policy is not None and issubclass(policy, ImportancePolicy)
