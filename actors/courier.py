@@ -35,9 +35,9 @@ from clusterfed.types import ClientId
 
 from .client import client_address
 from .outcome import Exchange
+from .reply_books import ReplyBooks
 from .roster import Roster
 from .runtimes import Runtime
-from .validation import ReplyBooks
 
 SERVER_ADDRESS = "server"
 NONCE_LENGTH = len(SERVER_ADDRESS)  # request ids keep the length they had

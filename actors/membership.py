@@ -28,8 +28,8 @@ from clusterfed.types import ClientId, ClusterId
 
 from .client import client_address
 from .courier import Courier
+from .reply_books import REPLY_KINDS, ReplyBooks, client_of, membership_problem
 from .roster import Roster
-from .validation import REPLY_KINDS, ReplyBooks, client_of, membership_problem
 
 
 class Membership:

@@ -43,9 +43,10 @@ from .courier import Courier
 from .folding import RoundFold
 from .membership import Membership
 from .outcome import ClientOutcome, RoundOutcome
+from .reply_books import ReplyBooks
 from .round import Round, UpdateLimits
 from .runtimes import Runtime
-from .validation import ReplyBooks, ServerSnapshot, check_models, check_snapshot
+from .validation import ServerSnapshot, check_models, check_snapshot
 
 Play = Callable[[list[ClientInfo], Round], Awaitable[RoundOutcome]]
 """How a round is played over its members and books (see `run_round`)."""

@@ -13,9 +13,9 @@ import pytest
 
 from clusterfed.actors import InlineRuntime, ProcessRuntime, Runtime
 from clusterfed.actors.courier import MAX_IN_FLIGHT, Courier
+from clusterfed.actors.reply_books import ReplyBooks
 from clusterfed.actors.runtimes.ray import RayRuntime
 from clusterfed.actors.trace import TraceWriter, TracingRuntime, read_trace
-from clusterfed.actors.validation import ReplyBooks
 from clusterfed.federation import Federation, drive
 from clusterfed.replay import ReplayReport, ReplayRuntime
 from clusterfed.testing import ServerHarness

@@ -17,7 +17,7 @@ import clusterfed
 from clusterfed.actors.clock import Deadline, Fraction
 from clusterfed.actors.courier import Courier
 from clusterfed.actors.folding import RoundFold
-from clusterfed.actors.validation import ReplyBooks
+from clusterfed.actors.reply_books import ReplyBooks
 from clusterfed.algorithms import (
     ClientInfo,
     ClientUpdate,

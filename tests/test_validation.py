@@ -19,17 +19,15 @@ import numpy as np
 import pytest
 
 from clusterfed.actors import ClientOutcome, Exchange
+from clusterfed.actors.reply_books import ReplyBooks, client_of, membership_problem
 from clusterfed.actors.roster import Roster
 from clusterfed.actors.round import Lateness, Round, UpdateLimits, on_time
 from clusterfed.actors.validation import (
-    ReplyBooks,
     check_evaluation,
     check_histogram,
     check_models,
     check_probe,
     check_update,
-    client_of,
-    membership_problem,
 )
 from clusterfed.algorithms import ClientInfo, ClientUpdate, ProbePlan, TaskPlan
 from clusterfed.protocol import (
