@@ -22,7 +22,7 @@ _LAZY = {
     "run": "clusterfed.api",
     "resume": "clusterfed.api",
     "RunResult": "clusterfed.api",
-    "RunInterrupted": "clusterfed.federation",
+    "RunInterrupted": "clusterfed.driving",
     "compare": "clusterfed.comparison",
     "CompareResult": "clusterfed.comparison",
     "load": "clusterfed.results",

@@ -16,7 +16,8 @@ from clusterfed.scenarios import Scenario, load_scenario, validate, with_overrid
 from clusterfed.scenarios.spec import check_workers
 
 from .checkpoint import Checkpoint, read_checkpoint
-from .federation import Federation, OnRound, RunsRounds, canonical, drive
+from .driving import OnRound, RunsRounds, canonical, drive
+from .federation import Federation
 from .folders import claim, default_folder, point_latest
 from .provenance import run_provenance
 from .results import Row, RunResult

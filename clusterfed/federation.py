@@ -8,20 +8,17 @@ runtime that hosts the clients.
 
 `snapshot()`/`restore()` are the one place a checkpoint is taken and given
 back. Under Ray the whole object runs inside one Ray actor (`remote.py`) and
-the driver only asks it for rounds and streams the rows.
+the driver only asks it for rounds and streams the rows; `driving.drive`
+runs either from start to end.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import math
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
-
-from tqdm.auto import tqdm
+from typing import Any
 
 from clusterfed.actors import ClientSpec, ParameterServer, SimClock
 from clusterfed.actors.asynchronous import AsyncDriver
@@ -41,27 +38,11 @@ from clusterfed.scenarios.problems import scenario_warnings, unfired_time_events
 from clusterfed.seeding import numpy_rng
 from clusterfed.types import ClientId
 
-from .checkpoint import CHECKPOINT, Checkpoint, FederationSnapshot, write_checkpoint
+from .checkpoint import Checkpoint, FederationSnapshot, write_checkpoint
 from .global_test import GlobalTest
 from .provenance import algorithm_record
-from .results import Row, RunRecorder, RunResult
-from .summary import cbcc_scores, mean_std, staleness_summary, time_to_accuracy
-
-OnRound = Callable[[Row], None]
-
-
-class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C (SIGINT) stopped a run; the rounds that finished are in `out`
-    with their summary.json (`"interrupted": true`) and plots."""
-
-    def __init__(self, out: Path, rounds_done: int) -> None:
-        self.out = out
-        self.rounds_done = rounds_done
-        self.checkpoint = (out / CHECKPOINT).exists()
-        resume = f"; resume with: clusterfed resume {out}" if self.checkpoint else ""
-        super().__init__(
-            f"interrupted after round {rounds_done}; results in {out}{resume}"
-        )
+from .results import Row, RunRecorder
+from .summary import cbcc_scores, staleness_summary, time_to_accuracy
 
 
 def build_server(
@@ -395,68 +376,3 @@ class Federation:
         )
         found["cbcc"] = cbcc_scores(last.cbcc, truth)
         return found
-
-
-class RunsRounds(Protocol):
-    """What `drive` runs: a `Federation`, or a `RemoteFederation` that runs
-    one in a Ray actor (which imports Ray, so it is not named here)."""
-
-    scenario: Scenario
-    out: Path
-
-    async def start(self) -> int: ...
-
-    async def step(self, round: int) -> Row: ...
-
-    async def finish(
-        self, *, interrupted: bool = False
-    ) -> tuple[dict[str, Any], list[Row]]: ...
-
-    async def close(self) -> None: ...
-
-
-async def drive(
-    federation: RunsRounds,
-    *,
-    progress: bool = False,
-    on_round: OnRound | None = None,
-) -> RunResult:
-    """Run a federation's rounds (a `Federation`, or a `RemoteFederation` that
-    runs one in a Ray actor) from where it starts to the scenario's last, then
-    write its summary; it is closed whatever happens.
-
-    Raises:
-        RunInterrupted: the run was cancelled (Ctrl-C under `asyncio.run`);
-            summary.json and the plots of the finished rounds are written.
-    """
-    scenario: Scenario = federation.scenario
-    bar = tqdm(
-        total=scenario.rounds, desc=scenario.name, disable=not progress, unit="round"
-    )
-    try:
-        first = await federation.start()
-        bar.update(first)
-        for round in range(first, scenario.rounds):
-            row = await federation.step(round)
-            if on_round is not None:
-                on_round(row)
-            accs = mean_std(row)
-            bar.set_postfix(
-                round=round,
-                acc=f"{accs[0]:.3f}" if accs else "-",
-                clusters=row["n_clusters"],
-            )
-            bar.update()
-        summary, rows = await federation.finish()
-    except asyncio.CancelledError:
-        # (Under Ray the actor may have recorded a round the driver never saw.)
-        _, recorded = await federation.finish(interrupted=True)
-        raise RunInterrupted(federation.out, len(recorded)) from None
-    finally:
-        bar.close()
-        await federation.close()
-    return RunResult(federation.out, summary, rows)
-
-
-def canonical(data: Any) -> str:
-    return json.dumps(data, sort_keys=True)

@@ -36,7 +36,8 @@ from clusterfed.scenarios import validate
 from clusterfed.types import ClientId
 
 from .diff import differences, first_difference
-from .federation import Federation, drive
+from .driving import drive
+from .federation import Federation
 
 
 @dataclass(frozen=True)

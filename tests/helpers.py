@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from clusterfed.actors import Client, InlineRuntime, ParameterServer, Runtime
-from clusterfed.federation import Federation, build_server, drive
+from clusterfed.driving import drive
+from clusterfed.federation import Federation, build_server
 from clusterfed.protocol import TrainConfig, Welcome, decode
 from clusterfed.scenarios import DirichletPartition, ModelSpec, RunPlan, Scenario
 from clusterfed.types import ClientId

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from clusterfed.actors import ProcessRuntime
+from clusterfed.driving import drive
 from clusterfed.errors import ScenarioError
-from clusterfed.federation import Federation, drive
+from clusterfed.federation import Federation
 from clusterfed.scenarios import Crash, load_scenario
 from clusterfed.scenarios.spec import Faulty
 from helpers import small_scenario

@@ -17,7 +17,8 @@ from clusterfed.actors.runtimes import frames, processes
 from clusterfed.actors.runtimes.processes import _Worker
 from clusterfed.actors.runtimes.worker import answer
 from clusterfed.actors.trace import TraceMode
-from clusterfed.federation import Federation, drive
+from clusterfed.driving import drive
+from clusterfed.federation import Federation
 from clusterfed.scenarios import Scenario
 from helpers import small_scenario
 

@@ -16,7 +16,8 @@ from clusterfed.actors.courier import MAX_IN_FLIGHT, Courier
 from clusterfed.actors.reply_books import ReplyBooks
 from clusterfed.actors.runtimes.ray import RayRuntime
 from clusterfed.actors.trace import TraceWriter, TracingRuntime, read_trace
-from clusterfed.federation import Federation, drive
+from clusterfed.driving import drive
+from clusterfed.federation import Federation
 from clusterfed.replay import ReplayReport, ReplayRuntime
 from clusterfed.testing import ServerHarness
 from helpers import small_scenario

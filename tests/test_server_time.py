@@ -17,7 +17,8 @@ from clusterfed.actors import DeviceProfile, InlineRuntime, SimClock
 from clusterfed.actors.clock import devices_problem
 from clusterfed.actors.validation import SAMPLES_SEEN_SLACK, max_samples_seen
 from clusterfed.checkpoint import read_checkpoint
-from clusterfed.federation import Federation, drive
+from clusterfed.driving import drive
+from clusterfed.federation import Federation
 from clusterfed.protocol import TrainTask, UpdateReply, decode
 from clusterfed.protocol.tensor import TENSOR_EXT, pack_tensor
 from clusterfed.scenarios import Network, Straggle, plan_run

@@ -16,8 +16,9 @@ import pytest
 
 from clusterfed.actors import InlineRuntime, ProcessRuntime
 from clusterfed.actors.runtimes import frames, worker
+from clusterfed.driving import drive
 from clusterfed.errors import ScenarioError
-from clusterfed.federation import Federation, build_server, drive
+from clusterfed.federation import Federation, build_server
 from clusterfed.protocol import ProtocolError, decode
 from clusterfed.scenarios import Crash, plan_run
 from clusterfed.scenarios.loader import validate, with_overrides
