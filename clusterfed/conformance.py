@@ -26,8 +26,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -37,143 +36,24 @@ from pydantic import ValidationError
 
 from clusterfed.algorithms import (
     ClientInfo,
-    ClientUpdate,
     PeerScore,
     ServerState,
-    Strategy,
-    TaskPlan,
     make,
-    reports_importance,
 )
 from clusterfed.algorithms.base import streams
 from clusterfed.algorithms.diagnostics import PlainDiagnostics, as_diagnostics
 from clusterfed.types import ClientId
 
-DIM = 12
-N_CLASSES = 10
-FEATURES = 8  # the input size of a data subspace
-
-
-def _initial_models(strategy: Strategy[Any]) -> list[np.ndarray]:
-    """`initial_models` independent float32 vectors, the first the run's."""
-    initial = np.random.default_rng(1).standard_normal(DIM).astype(np.float32)
-    more = np.random.default_rng(2).standard_normal((strategy.initial_models - 1, DIM))
-    return [initial, *more.astype(np.float32)]
-
-
-def _joined(
-    name: str, seed: int = 0
-) -> tuple[Strategy[Any], ServerState, list[ClientInfo], np.random.Generator]:
-    """A strategy, its state with six clients joined, and the run's stream."""
-    strategy = make(name)
-    state = strategy.init_state(_initial_models(strategy))
-    clients = [ClientInfo(ClientId(i), n_train=20 + i) for i in range(6)]
-    for client in clients:
-        state = strategy.on_join(state, client)
-    return strategy, state, clients, np.random.default_rng(seed)
-
-
-def _updates(plans: Sequence[TaskPlan], ok: bool = True) -> list[ClientUpdate]:
-    rng = np.random.default_rng(7)
-    updates = []
-    for plan in plans:
-        cluster, base = next(iter(plan.models.items()))
-        if ok:
-            delta = (rng.standard_normal(DIM) * 0.1).astype(np.float32)
-            updates.append(
-                ClientUpdate(
-                    plan.client,
-                    cluster,
-                    "ok",
-                    base,
-                    delta,
-                    20,
-                    1.0,
-                    importance=_importance(plan),
-                )
-            )
-        else:
-            updates.append(ClientUpdate(plan.client, cluster, "failed", reason="down"))
-    return updates
-
-
-def _importance(plan: TaskPlan) -> tuple[float, ...] | None:
-    """For a task whose rule reports importance (FedSoft's), as the server
-    requires: all the weight on the model trained (the first sent), so that
-    a zero delta leaves every model where it was; else None."""
-    if not reports_importance(plan.identity):
-        return None
-    return (1.0,) + (0.0,) * (len(plan.models) - 1)
-
-
-def _histograms(clients: Sequence[ClientInfo]) -> dict[ClientId, np.ndarray]:
-    """Class histograms of three kinds of client, none empty."""
-    kinds = [
-        np.full(N_CLASSES, 5),
-        np.array([20, 20, 1, 0, 0, 0, 0, 0, 0, 0]),
-        np.array([0, 0, 0, 0, 0, 0, 0, 15, 15, 12]),
-    ]
-    return {c.id: kinds[i % 3].astype(np.int64) for i, c in enumerate(clients)}
-
-
-def _subspaces(clients: Sequence[ClientInfo]) -> dict[ClientId, np.ndarray]:
-    """Data subspaces (float32, FEATURES × 2, orthonormal) of three kinds of
-    client: the same plane for the first two kinds, another for the third."""
-    eye = np.eye(FEATURES, dtype=np.float32)
-    kinds = [eye[:, :2], eye[:, [1, 0]], eye[:, 4:6]]
-    return {c.id: kinds[i % 3].copy() for i, c in enumerate(clients)}
-
-
-def _descriptions(
-    strategy: Strategy[Any], clients: Sequence[ClientInfo]
-) -> dict[ClientId, np.ndarray]:
-    """What the clients send for the description `strategy` wants."""
-    if strategy.wants == ("data_subspace",):
-        return _subspaces(clients)
-    return _histograms(clients)
-
-
-def _frozen_copy(value: Any) -> Any:
-    """A deep, comparable picture of `value`: dataclasses by field, mappings
-    by item, arrays by dtype, shape and bytes, so any in-place change shows."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return (
-            type(value).__name__,
-            tuple(
-                (f.name, _frozen_copy(getattr(value, f.name)))
-                for f in dataclasses.fields(value)
-            ),
-        )
-    if isinstance(value, np.ndarray):
-        return ("array", value.dtype.str, value.shape, value.tobytes())
-    if isinstance(value, Mapping):
-        return ("map", tuple((k, _frozen_copy(v)) for k, v in value.items()))
-    if isinstance(value, set | frozenset):
-        return ("set", tuple(sorted(value)))
-    if isinstance(value, list | tuple):
-        return ("seq", tuple(_frozen_copy(v) for v in value))
-    return copy.deepcopy(value)
-
-
-@contextmanager
-def _raises(error: type[BaseException], text: str) -> Iterator[None]:
-    """The check fails unless the block raises `error` with `text` in it."""
-    try:
-        yield
-    except error as exc:
-        if text not in str(exc):
-            raise AssertionError(f"expected {text!r} in {exc!r}") from exc
-    else:
-        raise AssertionError(f"expected {error.__name__} ({text!r})")
+from . import conformance_inputs as inputs
 
 
 def the_state_type_is_a_frozen_dataclass_of_server_state(name: str) -> None:
-    strategy, state, _, _ = _joined(name)
+    strategy, state, _, _ = inputs.joined(name)
     state_type = strategy.state_type
     assert issubclass(state_type, ServerState)
     assert dataclasses.is_dataclass(state_type)
     assert type(state) is state_type
-    with _raises(dataclasses.FrozenInstanceError, ""):
+    with inputs.raises(dataclasses.FrozenInstanceError, ""):
         # Assigning a frozen field is the error this check provokes.
         state.models = {}  # type: ignore[misc]
     # The random stream is passed to the hooks, never kept in the state.
@@ -183,30 +63,30 @@ def the_state_type_is_a_frozen_dataclass_of_server_state(name: str) -> None:
 
 def init_state_starts_from_the_given_models(name: str) -> None:
     strategy = make(name)
-    models = _initial_models(strategy)
+    models = inputs.initial_models(strategy)
     state = strategy.init_state(models)
     assert type(state) is strategy.state_type
     assert state.models[min(state.models)] is models[0]
     assert all(any(m is given for given in models) for m in state.models.values())
     assert not state.assignment
-    with _raises(ValueError, "initial models"):
+    with inputs.raises(ValueError, "initial models"):
         strategy.init_state([*models, models[0]])
 
 
 def state_shape_after_joins(name: str) -> None:
-    _, state, clients, _ = _joined(name)
+    _, state, clients, _ = inputs.joined(name)
     assert {c.id for c in clients} == set(state.assignment)
     for cluster in state.assignment.values():
         assert cluster in state.models
     for model in state.models.values():
-        assert model.dtype == np.float32 and model.shape == (DIM,)
+        assert model.dtype == np.float32 and model.shape == (inputs.DIM,)
 
 
 def a_round_keeps_the_shape_and_does_not_mutate_inputs(name: str) -> None:
-    strategy, state, clients, rng = _joined(name)
+    strategy, state, clients, rng = inputs.joined(name)
     plans = strategy.plan_round(state, 0, clients, rng)
     assert plans, "a strategy must give work to someone"
-    updates = _updates(plans)
+    updates = inputs.updates(plans)
     models_before = copy.deepcopy(dict(state.models))
     deltas_before = [u.delta.copy() for u in updates if u.delta is not None]
     new = strategy.aggregate(state, 0, updates, rng)
@@ -215,19 +95,19 @@ def a_round_keeps_the_shape_and_does_not_mutate_inputs(name: str) -> None:
     for update, delta in zip(updates, deltas_before, strict=True):
         np.testing.assert_array_equal(update.delta, delta)
     for model in new.models.values():
-        assert model.dtype == np.float32 and model.shape == (DIM,)
+        assert model.dtype == np.float32 and model.shape == (inputs.DIM,)
     assert all(c in new.models for c in new.assignment.values())
 
 
 def no_hook_mutates_its_inputs(name: str) -> None:
     """Each hook, in the server's order, leaves its arguments as they were."""
-    strategy, state, clients, rng = _joined(name)
+    strategy, state, clients, rng = inputs.joined(name)
 
     def unchanged(*args: Any) -> Any:
-        return _frozen_copy(args)
+        return inputs.frozen_copy(args)
 
     if strategy.wants:
-        histograms = _descriptions(strategy, clients)
+        histograms = inputs.descriptions(strategy, clients)
         before = unchanged(state, histograms)
         described = strategy.on_describe(state, 0, histograms, rng)
         assert unchanged(state, histograms) == before
@@ -236,7 +116,7 @@ def no_hook_mutates_its_inputs(name: str) -> None:
     before = unchanged(state, clients)
     plans = strategy.plan_round(state, 0, clients, rng)
     assert unchanged(state, clients) == before
-    updates = _updates(plans)
+    updates = inputs.updates(plans)
     before = unchanged(state, updates)
     probes = strategy.plan_probes(state, 0, updates, rng)
     assert unchanged(state, updates) == before
@@ -272,11 +152,11 @@ def no_hook_mutates_its_inputs(name: str) -> None:
 
 def empty_or_all_failed_rounds_change_nothing(name: str) -> None:
     for ok in (True, False):
-        strategy, state, clients, rng = _joined(name)
+        strategy, state, clients, rng = inputs.joined(name)
         updates = (
             []
             if ok
-            else _updates(strategy.plan_round(state, 0, clients, rng), ok=False)
+            else inputs.updates(strategy.plan_round(state, 0, clients, rng), ok=False)
         )
         new = strategy.aggregate(state, 0, updates, rng)
         for cluster, model in state.models.items():
@@ -286,10 +166,10 @@ def empty_or_all_failed_rounds_change_nothing(name: str) -> None:
 def same_seed_same_result(name: str) -> None:
     results = []
     for _ in range(2):
-        strategy, state, clients, rng = _joined(name, seed=3)
+        strategy, state, clients, rng = inputs.joined(name, seed=3)
         for round in range(3):
             plans = strategy.plan_round(state, round, clients, rng)
-            state = strategy.aggregate(state, round, _updates(plans), rng)
+            state = strategy.aggregate(state, round, inputs.updates(plans), rng)
         results.append(state)
     assert results[0].assignment == results[1].assignment
     for cluster in results[0].models:
@@ -299,7 +179,7 @@ def same_seed_same_result(name: str) -> None:
 
 
 def leaving_clients_leave_the_assignment(name: str) -> None:
-    strategy, state, _, _ = _joined(name)
+    strategy, state, _, _ = inputs.joined(name)
     state = strategy.on_leave(state, ClientId(2))
     assert ClientId(2) not in state.assignment
 
@@ -307,13 +187,15 @@ def leaving_clients_leave_the_assignment(name: str) -> None:
 def accepted_updates_move_the_models(name: str) -> None:
     # A strategy that ignored its updates would keep every model as it was.
     # Two rounds: a clustering strategy may spend its first one deciding.
-    strategy, state, clients, rng = _joined(name)
+    strategy, state, clients, rng = inputs.joined(name)
     if strategy.wants:
-        state = strategy.on_describe(state, 0, _descriptions(strategy, clients), rng)
+        state = strategy.on_describe(
+            state, 0, inputs.descriptions(strategy, clients), rng
+        )
     before = {k: v.copy() for k, v in state.models.items()}
     for round in range(2):
         plans = strategy.plan_round(state, round, clients, rng)
-        state = strategy.aggregate(state, round, _updates(plans), rng)
+        state = strategy.aggregate(state, round, inputs.updates(plans), rng)
     moved = [
         k
         for k, model in state.models.items()
@@ -321,11 +203,16 @@ def accepted_updates_move_the_models(name: str) -> None:
     ]
     assert moved, f"{name}: two rounds of accepted updates changed no model"
     # ... and by the updates: with every delta zero, no model moves at all.
-    strategy, state, clients, rng = _joined(name)
+    strategy, state, clients, rng = inputs.joined(name)
     if strategy.wants:
-        state = strategy.on_describe(state, 0, _descriptions(strategy, clients), rng)
+        state = strategy.on_describe(
+            state, 0, inputs.descriptions(strategy, clients), rng
+        )
     plans = strategy.plan_round(state, 0, clients, rng)
-    still = [replace(u, delta=np.zeros(DIM, np.float32)) for u in _updates(plans)]
+    still = [
+        replace(u, delta=np.zeros(inputs.DIM, np.float32))
+        for u in inputs.updates(plans)
+    ]
     new = strategy.aggregate(state, 0, still, rng)
     for k, model in new.models.items():
         if k in state.models:
@@ -341,25 +228,25 @@ def the_async_mode_folds_updates_alone(name: str) -> None:
         return
     results = []
     for _ in range(2):
-        strategy, state, clients, rng = _joined(name, seed=3)
+        strategy, state, clients, rng = inputs.joined(name, seed=3)
         start = {k: v.copy() for k, v in state.models.items()}
         for staleness in range(3):
             for client in clients:
-                [update] = _updates([strategy.plan_for(state, client.id)])
-                before = _frozen_copy((state, update))
+                [update] = inputs.updates([strategy.plan_for(state, client.id)])
+                before = inputs.frozen_copy((state, update))
                 new, moved = strategy.absorb(state, update, staleness, rng)
-                assert _frozen_copy((state, update)) == before, "absorb mutated"
+                assert inputs.frozen_copy((state, update)) == before, "absorb mutated"
                 assert type(new) is strategy.state_type
                 assert isinstance(moved, bool)
                 for model in new.models.values():
-                    assert model.dtype == np.float32 and model.shape == (DIM,)
+                    assert model.dtype == np.float32 and model.shape == (inputs.DIM,)
                 assert all(c in new.models for c in new.assignment.values())
                 state = new
         assert any(
             k not in start or not np.array_equal(m, start[k])
             for k, m in state.models.items()
         ), f"{name}: accepted updates absorbed changed no model"
-        [failed] = _updates([strategy.plan_for(state, clients[0].id)], ok=False)
+        [failed] = inputs.updates([strategy.plan_for(state, clients[0].id)], ok=False)
         same, moved = strategy.absorb(state, failed, 0, rng)
         assert not moved
         for k, model in state.models.items():
@@ -378,18 +265,18 @@ def folding_equals_aggregate(name: str) -> None:
     samples. Other strategies pass."""
     from clusterfed.actors.folding import RoundFold
 
-    strategy, state, clients, _ = _joined(name, seed=3)
+    strategy, state, clients, _ = inputs.joined(name, seed=3)
     if not streams(strategy):
         return
     if strategy.wants:
         state = strategy.on_describe(
-            state, 0, _descriptions(strategy, clients), np.random.default_rng(3)
+            state, 0, inputs.descriptions(strategy, clients), np.random.default_rng(3)
         )
     plan_rng = np.random.default_rng(5)
     for round in range(3):
         plans = strategy.plan_round(state, round, clients, plan_rng)
         updates = [
-            replace(u, n_samples=1 + 7 * i) for i, u in enumerate(_updates(plans))
+            replace(u, n_samples=1 + 7 * i) for i, u in enumerate(inputs.updates(plans))
         ]
         updates[0] = replace(updates[0], status="failed", base=None, delta=None)
         updates[-1] = replace(updates[-1], n_samples=0)
@@ -406,7 +293,7 @@ def folding_equals_aggregate(name: str) -> None:
         got = strategy.aggregate_sums(
             state, round, stripped, fold.sums, np.random.default_rng(round)
         )
-        assert _frozen_copy(got) == _frozen_copy(expected), (
+        assert inputs.frozen_copy(got) == inputs.frozen_copy(expected), (
             f"round {round}: aggregate_sums differs from aggregate"
         )
         state = expected
@@ -417,9 +304,11 @@ def diagnostics_are_typed_and_recorded_as_json(name: str) -> None:
     `Diagnostics` or None (or a plug-in's mapping of JSON values); its record
     is JSON, and reads back as the same object: a non-finite float, which
     the record writes as null, must be None already."""
-    strategy, state, clients, rng = _joined(name, seed=3)
+    strategy, state, clients, rng = inputs.joined(name, seed=3)
     if strategy.wants:
-        state = strategy.on_describe(state, 0, _descriptions(strategy, clients), rng)
+        state = strategy.on_describe(
+            state, 0, inputs.descriptions(strategy, clients), rng
+        )
     for round in range(4):
         try:
             found = as_diagnostics(strategy.diagnostics(state), name)
@@ -439,7 +328,7 @@ def diagnostics_are_typed_and_recorded_as_json(name: str) -> None:
                 )
         if round < 3:
             plans = strategy.plan_round(state, round, clients, rng)
-            state = strategy.aggregate(state, round, _updates(plans), rng)
+            state = strategy.aggregate(state, round, inputs.updates(plans), rng)
 
 
 Check = Callable[[str], None]
