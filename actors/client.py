@@ -278,12 +278,17 @@ class Client:
                     importance=result.importance,
                 )
             case EvaluateTask(model=model):
-                scores = self.trainer.evaluate(model.weights)
+                held_out = self.trainer.evaluate(model.weights)
+                # The reported accuracy is the test set's where the client
+                # has one; the hold-out's goes beside it.
+                tested = self.trainer.evaluate_test_set(model.weights)
+                scores = tested if tested is not None else held_out
                 return EvaluateReply(
                     cluster=model.cluster,
                     accuracy=scores.accuracy,
                     loss=work.check_loss(scores.loss, "evaluation"),
                     n_samples=scores.n_samples,
+                    val_accuracy=held_out.accuracy if tested is not None else None,
                 )
             case ProbeTask(models=models):
                 results = [self.trainer.evaluate(m.weights) for m in models]

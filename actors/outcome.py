@@ -40,6 +40,9 @@ class ClientOutcome:
     cluster: ClusterId | None = None
     acc: float | None = None
     loss: float | None = None
+    # Its hold-out's accuracy where `acc` is its test set's (a dataset with a
+    # test split); None, and absent from its row, otherwise.
+    val_acc: float | None = None
     train_loss: float | None = None
     reason: str | None = None
     bytes_up: int = 0
@@ -90,6 +93,7 @@ class ClientOutcome:
             "sim_s": self.sim_s,
             "epsilon": self.epsilon,
             "reason": self.reason,
+            **({} if self.val_acc is None else {"val_acc": self.val_acc}),
             **({} if self.staleness is None else {"staleness": self.staleness}),
             **({"faulty": True} if self.faulty else {}),
         }

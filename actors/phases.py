@@ -286,7 +286,8 @@ async def evaluate(
     round: Round,
     models: Mapping[ClientId, tuple[ModelKey, np.ndarray]],
 ) -> None:
-    """Each client scores the model it is evaluated with on its held-out split."""
+    """Each client scores the model it is evaluated with on its test set (its
+    held-out split where the dataset has no test split)."""
     tasks: dict[tuple[ModelKey, int], EvaluateTask] = {}
     requests: list[tuple[ClientId, Message]] = []
     for client, (cluster, weights) in models.items():
@@ -312,3 +313,4 @@ async def evaluate(
         if isinstance(reply, EvaluateReply) and exchange.status == "ok":
             outcome = round.outcomes[client]
             outcome.acc, outcome.loss = reply.accuracy, reply.loss
+            outcome.val_acc = reply.val_accuracy

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from clusterfed.data import load_dataset
+from clusterfed.data.datasets import load_test_split
 from clusterfed.models import build_model
 
 from .privacy import Horizon, PrivateTraining, private_model
@@ -98,7 +99,21 @@ class ClientSpec(BaseModel):
     model: str
     model_params: dict[str, Any] = Field(default_factory=dict)
     train: list[int] = Field(min_length=1)
-    test: list[int] = Field(min_length=1)
+    test: list[int] = Field(
+        min_length=1,
+        description="the hold-out of its training samples: validation data for"
+        " the algorithms' decisions, and the reported accuracy without `test_set`",
+    )
+    test_set: list[int] | None = Field(
+        None,
+        min_length=1,
+        # Absent from a dump while None, so a digits client's data key (and
+        # whatever is built from it) is as it was before the field existed.
+        exclude_if=lambda value: value is None,
+        description="its test set: indices into the dataset's own test split,"
+        " drawn to its class mix; what its reported accuracy comes from;"
+        " None where the dataset has no test split",
+    )
     seed: int
     rotation: float = Field(0.0, description="feature skew: degrees, counter-clockwise")
     label_permutation: list[int] | None = Field(
@@ -155,14 +170,7 @@ def build_trainer(
             accountant=spec.privacy.accountant,
             horizon=spec.privacy.horizon,
         )
-    y = data.y
-    if spec.label_permutation is not None:
-        if sorted(spec.label_permutation) != list(range(data.n_classes)):
-            raise ValueError(
-                f"label_permutation must permute 0..{data.n_classes - 1},"
-                f" got {spec.label_permutation}"
-            )
-        y = torch.tensor(spec.label_permutation)[y]
+    y = _labels(spec, data.y, data.n_classes)
     train = torch.tensor(spec.train, dtype=torch.long)
     test = torch.tensor(spec.test, dtype=torch.long)
     # Unrotated clients read the shared dataset through their indices.
@@ -171,8 +179,46 @@ def build_trainer(
         x_train = Rows(rotate(x_train.gather(), spec.rotation))
         x_test = Rows(rotate(x_test.gather(), spec.rotation))
     return LocalTrainer(
-        model, x_train, y[train], x_test, y[test], seed=spec.seed, privacy=privacy
+        model,
+        x_train,
+        y[train],
+        x_test,
+        y[test],
+        seed=spec.seed,
+        privacy=privacy,
+        test_set=_test_set(spec, data.n_classes),
     )
+
+
+def _labels(spec: ClientSpec, y: torch.Tensor, n_classes: int) -> torch.Tensor:
+    """`y` as the client reads it: through its label permutation, if any."""
+    if spec.label_permutation is None:
+        return y
+    if sorted(spec.label_permutation) != list(range(n_classes)):
+        raise ValueError(
+            f"label_permutation must permute 0..{n_classes - 1},"
+            f" got {spec.label_permutation}"
+        )
+    return torch.tensor(spec.label_permutation)[y]
+
+
+def _test_set(spec: ClientSpec, n_classes: int) -> tuple[Rows, torch.Tensor] | None:
+    """The client's test set, transformed as its training samples are."""
+    if spec.test_set is None:
+        return None
+    split = load_test_split(spec.dataset, spec.dataset_root)
+    if split is None:
+        raise ValueError(f"dataset {spec.dataset!r} has no test split to draw from")
+    rows = torch.tensor(spec.test_set, dtype=torch.long)
+    if int(rows.max()) >= len(split) or int(rows.min()) < 0:
+        raise ValueError(
+            f"test_set indices must lie in 0..{len(split) - 1} of {spec.dataset}'s"
+            " test split"
+        )
+    x = Rows(split.x, rows)
+    if spec.rotation % 360:
+        x = Rows(rotate(x.gather(), spec.rotation))
+    return x, _labels(spec, split.y, n_classes)[rows]
 
 
 def rotate(images: torch.Tensor, degrees: float) -> torch.Tensor:

@@ -106,6 +106,7 @@ class LocalTrainer:
         *,
         seed: int,
         privacy: PrivateTraining | None = None,
+        test_set: tuple[Rows, torch.Tensor] | None = None,
     ) -> None:
         if len(y_train) == 0 or len(y_test) == 0:
             raise ValueError("a client needs at least one train and one test sample")
@@ -118,6 +119,11 @@ class LocalTrainer:
         self.seed = seed
         self.privacy = privacy
         self._train_set = _Pairs(self._x_train, y_train)
+        # Images of the dataset's own test split (see data.test_sets): what
+        # the reported accuracy comes from; "test" above is the hold-out.
+        if test_set is not None and len(test_set[0]) != len(test_set[1]):
+            raise ValueError("a client's test set needs one label per image")
+        self._test_set = test_set
 
     @property
     def x_train(self) -> torch.Tensor:
@@ -339,6 +345,20 @@ class LocalTrainer:
         loss = F.cross_entropy(logits, self.y_test).item()
         correct = (logits.argmax(dim=1) == self.y_test).sum().item()
         return EvalResult(correct / self.n_test, loss, self.n_test)
+
+    @torch.no_grad()
+    def evaluate_test_set(self, weights: np.ndarray) -> EvalResult | None:
+        """Accuracy and mean loss of `weights` on the client's test set drawn
+        from the dataset's test split; None if it has none (digits)."""
+        if self._test_set is None:
+            return None
+        rows, y = self._test_set
+        set_flat(self.model, weights)
+        self.model.eval()
+        logits = self.model(rows.gather())
+        loss = F.cross_entropy(logits, y).item()
+        correct = (logits.argmax(dim=1) == y).sum().item()
+        return EvalResult(correct / len(y), loss, len(y))
 
 
 _Pull = tuple[list[torch.Tensor], float]

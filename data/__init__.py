@@ -13,14 +13,17 @@ from .partition import (
     iid_mix,
     shards,
 )
+from .test_sets import class_shares, draw_test_set
 
 __all__ = [
     "DATASETS",
     "ClientSplit",
     "Dataset",
     "Partition",
+    "class_shares",
     "class_table",
     "dirichlet",
+    "draw_test_set",
     "holdout",
     "iid",
     "iid_mix",

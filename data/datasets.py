@@ -10,8 +10,11 @@ read: nothing is downloaded at run time.
 - `mnist`, `emnist` (the 47-class "balanced" split), `cifar10`: through
   torchvision, from the folder named by `root` in torchvision's own layout.
 
-File datasets use their training split: clients hold out part of their own
-samples for evaluation, so every evaluation matches its client's distribution.
+File datasets use their training split for the clients' samples: each client
+holds out part of its own (validation data for the algorithms' decisions).
+The accuracy a run reports comes from a test set per client drawn from the
+dataset's own test split (`WITH_TEST_SPLIT`, `data.test_sets`) to match its
+distribution; digits, which has no test split, reports its hold-out.
 """
 
 from __future__ import annotations

@@ -193,7 +193,8 @@ class UpdateReply(_Frozen):
 
 
 class EvaluateTask(_Frozen):
-    """Evaluate `model` on the client's held-out split."""
+    """Evaluate `model` on the client's test set (drawn from the dataset's
+    test split), else on its held-out split."""
 
     kind: Literal["evaluate_task"] = "evaluate_task"
     model: ClusterModel
@@ -205,6 +206,15 @@ class EvaluateReply(_Frozen):
     accuracy: Share
     loss: Loss
     n_samples: Count
+    val_accuracy: Share | None = Field(
+        None,
+        # Absent from the wire while None, so a client without a test set
+        # (digits) answers with the bytes of before.
+        exclude_if=lambda value: value is None,
+        description="where `accuracy` is the client's test set from the"
+        " dataset's test split: its accuracy on its hold-out (validation"
+        " data), sent beside; None otherwise",
+    )
 
 
 class DescribeTask(_Frozen):

@@ -8,5 +8,6 @@ PROTOCOL_VERSION = 2
 instead of `compute_s` (a probe reply reports no time): the server's clock
 times every task; an update may carry `importance` (FedSoft's weights, one
 per model of the task, not sent otherwise); a describe task may want a
-`data_subspace`, answered by the `data_subspace` message (PACFL's). The
-history is in docs/protocol.md."""
+`data_subspace`, answered by the `data_subspace` message (PACFL's); an
+evaluate reply may carry `val_accuracy` (the hold-out's accuracy beside a
+test-set accuracy, not sent otherwise). The history is in docs/protocol.md."""

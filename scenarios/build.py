@@ -31,9 +31,18 @@ from clusterfed.actors.privacy import (
 )
 from clusterfed.actors.spec import PrivacyPlan
 from clusterfed.algorithms import Strategy, make
-from clusterfed.data import ClientSplit, Dataset, Partition, holdout, load_dataset
+from clusterfed.data import (
+    ClientSplit,
+    Dataset,
+    Partition,
+    class_shares,
+    draw_test_set,
+    holdout,
+    load_dataset,
+)
 from clusterfed.data import partition as partitioners
-from clusterfed.errors import ClusterfedError, ScenarioError
+from clusterfed.data.datasets import load_test_split
+from clusterfed.errors import ClusterfedError, ConfigError, ScenarioError
 from clusterfed.models import build_model, get_flat
 from clusterfed.protocol import TrainConfig
 from clusterfed.seeding import derive_seed, numpy_rng
@@ -58,6 +67,9 @@ CLIENT_STREAM = 4
 TRANSFORM_STREAM = 5
 EVENT_STREAM = 6
 AVAILABILITY_STREAM = 7
+# Each client's test set: (TEST_SET_STREAM, client) when it is planned,
+# (TEST_SET_STREAM, client, round, event) when a class_mix drift redraws it.
+TEST_SET_STREAM = 8
 
 
 @dataclass(frozen=True)
@@ -133,6 +145,11 @@ class RunPlan:
             model_params=s.model.params,
             train=split.train.tolist(),
             test=split.test.tolist(),
+            test_set=self.test_set(
+                class_shares(self.dataset.labels[split.train], self.dataset.n_classes),
+                len(split.test),
+                client_id,
+            ),
             seed=derive_seed(s.seed, CLIENT_STREAM, client_id),
             privacy=self.privacy_plan(
                 len(split.train), first_round, f"client {client_id}"
@@ -140,6 +157,26 @@ class RunPlan:
             **self.transforms.fields(transform_group),
             **extra,
         )
+
+    def test_set(self, shares: np.ndarray, size: int, *keys: int) -> list[int] | None:
+        """A client's test set: `size` images of the dataset's own test split
+        with class `shares`, from its stream (TEST_SET_STREAM, *keys); None
+        where the dataset has no test split (digits: its hold-out is used).
+
+        Its size is the client's hold-out's, so its accuracy is as precise as
+        the hold-out's was and evaluation costs what it did.
+        """
+        s = self.scenario
+        split = load_test_split(s.dataset.name, s.dataset.root)
+        if split is None:
+            return None
+        rng = numpy_rng(s.seed, TEST_SET_STREAM, *keys)
+        try:
+            return draw_test_set(split.labels, shares, size, rng).tolist()
+        except ConfigError as exc:
+            raise ScenarioError(
+                f"dataset {s.dataset.name}: no test set for client {keys[0]}: {exc}"
+            ) from exc
 
     def privacy_plan(
         self, n_train: int, first_round: int, who: str

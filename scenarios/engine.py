@@ -271,7 +271,8 @@ class ScenarioEngine:
                     )
             case Drift():
                 record["groups"] = [
-                    await self._drift(members, cid, event) for cid in targets
+                    await self._drift(members, cid, event, (round, occurrence.index))
+                    for cid in targets
                 ]
         return record
 
@@ -303,7 +304,11 @@ class ScenarioEngine:
         await members.add_clients(specs)
         return {"kind": "join", "clients": [s.id for s in specs]}
 
-    async def _drift(self, members: Membership, cid: int, event: Drift) -> int:
+    async def _drift(
+        self, members: Membership, cid: int, event: Drift, when: tuple[int, int]
+    ) -> int:
+        """Apply `event` to client `cid`; `when` (round, event index) keys the
+        stream its test set is redrawn from."""
         spec = self.specs[cid]
         transforms = self.plan.transforms
         part = self.partition_groups[cid]
@@ -337,13 +342,17 @@ class ScenarioEngine:
                 "group": transforms.group_of_permutation(part, event.label_permutation),
             }
         elif event.class_mix is not None:
-            changes = self._redraw(spec, event.class_mix)
+            changes = self._redraw(spec, event.class_mix, when)
         new = spec.model_copy(update=changes)
         await self._update(members, new)
         return new.group
 
-    def _redraw(self, spec: ClientSpec, weights: list[float]) -> dict[str, Any]:
-        """New samples for `spec` with class shares `weights`, same sizes."""
+    def _redraw(
+        self, spec: ClientSpec, weights: list[float], when: tuple[int, int]
+    ) -> dict[str, Any]:
+        """New samples for `spec` with class shares `weights`, same sizes; its
+        test set (if it has one) redrawn with the same weights, from its own
+        stream, so the event stream draws what it drew before."""
         labels = self.plan.dataset.labels
         n_classes = self.plan.dataset.n_classes
         if len(weights) != n_classes:
@@ -360,11 +369,16 @@ class ScenarioEngine:
         )
         chosen = self.rng.permutation(chosen)
         key = ("class_mix", self.partition_groups[spec.id], tuple(weights))
-        return {
+        changes: dict[str, Any] = {
             "train": sorted(chosen[:n_train].tolist()),
             "test": sorted(chosen[n_train:].tolist()),
             "group": self.plan.transforms.fresh(key),
         }
+        if spec.test_set is not None:
+            changes["test_set"] = self.plan.test_set(
+                p, len(spec.test_set), spec.id, *when
+            )
+        return changes
 
     def _targets(self, raw: int | list[int] | str) -> list[int]:
         target = Target.parse(raw)

@@ -33,7 +33,9 @@ def tiny_fashion(tmp_path: Path) -> Path:
     folder = tmp_path / "fashion"
     folder.mkdir()
     write_idx(folder, "train", np.arange(240) % 10, seed=1)
-    write_idx(folder, "t10k", np.array([3] * 30 + [5] * 10), seed=2)
+    # Every class once at least: clients draw their test sets from it.
+    others = [0, 1, 2, 4, 6, 7, 8, 9]
+    write_idx(folder, "t10k", np.array([3] * 30 + [5] * 2 + others), seed=2)
     return folder
 
 
