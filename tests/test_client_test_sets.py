@@ -276,3 +276,27 @@ def test_a_test_split_without_a_clients_class_is_refused_by_name(
     monkeypatch.setattr(build, "load_test_split", lambda name, root: lacking)
     with pytest.raises(ScenarioError, match="client 0: class 0 has no image"):
         plan_run(small_scenario())
+
+
+def test_val_accuracy_round_trips_and_is_off_the_wire_when_unset() -> None:
+    from clusterfed.protocol import Envelope, decode, encode
+
+    def wire(reply: EvaluateReply) -> bytes:
+        return encode(
+            Envelope(
+                msg_id="server:1",
+                sender="client/0",
+                recipient="server",
+                round=0,
+                payload=reply,
+            )
+        )
+
+    plain = EvaluateReply(cluster=0, accuracy=0.5, loss=1.0, n_samples=3)
+    both = plain.model_copy(update={"val_accuracy": 0.25})
+    assert b"val_accuracy" not in wire(plain)
+    back = decode(wire(both)).payload
+    assert isinstance(back, EvaluateReply) and back.val_accuracy == 0.25
+    assert decode(wire(plain)).payload == plain
+    with pytest.raises(ValueError):
+        EvaluateReply(cluster=0, accuracy=0.5, loss=1.0, n_samples=3, val_accuracy=1.5)
