@@ -275,7 +275,11 @@ class FedSoft(Strategy[FedSoftState]):
             selected=selected,
         )
 
-    def diagnostics(self, state: FedSoftState) -> FedSoftDiagnostics:
+    def diagnostics(self, state: FedSoftState) -> FedSoftDiagnostics | None:
+        """Each center's clients, importance mass and selection; None while
+        no client has joined (nothing decided yet)."""
+        if not state.assignment:
+            return None
         ids = sorted(state.models)
         sizes = dict.fromkeys(ids, 0)
         for cluster in state.assignment.values():

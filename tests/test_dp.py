@@ -294,7 +294,7 @@ def _hooks_reference(
 
     privacy = trainer.privacy
     assert privacy is not None
-    params, _, optimizer = trainer._start_round(weights, config)
+    params, _, optimizer = trainer._start_round(weights, config, ())
     loader = DataLoader(
         trainer._train_set,
         batch_size=config.batch_size,
