@@ -10,24 +10,16 @@ import time
 from pathlib import Path
 
 from reproduce import records
+from reproduce.cli import seeds_argument
 from reproduce.runner import ROOT, run_all
 
 from clusterfed.data.datasets import available as dataset_available
-from clusterfed.errors import ConfigError
-from clusterfed.seeds import parse_seeds
 
 from . import experiments, missing
 from .page import write_page
 
 DATASET = "fashion_mnist"
 RECORDS = ROOT / "docs" / "records" / "benchmark"
-
-
-def _seeds(text: str) -> list[int]:
-    try:
-        return parse_seeds(text)
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def main() -> None:
@@ -47,7 +39,10 @@ def main() -> None:
         "--only", nargs="*", default=[], help="settings (rotations, label-groups, ...)"
     )
     parser.add_argument(
-        "--seeds", type=_seeds, default=None, help="a count or a list (default 3)"
+        "--seeds",
+        type=seeds_argument,
+        default=None,
+        help="a count or a list (default 3)",
     )
     parser.add_argument(
         "--resume",

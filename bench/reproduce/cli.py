@@ -22,7 +22,8 @@ from .runner import ROOT, run_all
 DESCRIPTION = "Reproduce every paper experiment and write docs/REPRODUCTION.md."
 
 
-def _seeds(text: str) -> list[int]:
+def seeds_argument(text: str) -> list[int]:
+    """`--seeds`: a count or a list (`parse_seeds`), as argparse wants it."""
     try:
         return parse_seeds(text)
     except ConfigError as exc:
@@ -50,7 +51,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--seeds",
-        type=_seeds,
+        type=seeds_argument,
         default=None,
         help="a count (3: seeds 0, 1, 2) or the seeds (0,1) of every experiment"
         " (default: 3 with fashion_mnist unless --quick, else 1)",
