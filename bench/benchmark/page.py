@@ -13,6 +13,7 @@ from typing import Any
 from reproduce.runner import ROOT, Outcome
 
 from clusterfed.scenarios import load_scenario
+from clusterfed.scenarios.benchmark import SETTINGS
 from clusterfed.seeds import Interval, interval, paired_differences
 
 from . import figures
@@ -153,13 +154,26 @@ def write_page(
         " the seeds ± the half-width of its 95 % Student t interval; `[k/n]`: k of"
         " the n seeds have a value. A column's best is in bold only where the"
         " seed-by-seed difference to the runner-up has a 95 % interval that excludes"
-        " 0. Accuracies are each client's on its own held-out samples, averaged over"
+        " 0. Accuracies are each client's on its own test set, drawn from"
+        " Fashion-MNIST's 10,000-image test split to match the client's classes"
+        " and transform (`acc` in rounds.jsonl; its 20 % hold-out of the training"
+        " images, `val_acc`, serves the algorithms' own decisions), averaged over"
         " the clients; `avg acc` averages that over the rounds.",
         "",
         f"Written by `{command}` from the records in `{_shown(records)}`"
         + (" (--quick: a smoke test, not a result)." if quick else "."),
         "",
     ]
+    recorded = {o.experiment.key: len(o.seeds) for o in outcomes}
+    if set(recorded) != set(SETTINGS) or min(recorded.values(), default=0) < 3:
+        have = ", ".join(f"{k} ({n} seed{'s' * (n != 1)})" for k, n in recorded.items())
+        lines += [
+            f"**Incomplete:** {len(recorded)} of the {len(SETTINGS)} settings are"
+            f" recorded so far ({have or 'none'}); the benchmark grows over sittings"
+            " (`python bench/benchmark.py --resume`) to 3 seeds of each. With one"
+            " seed a cell has no interval and no best is marked.",
+            "",
+        ]
     if missing:
         lines += [
             "Not in clusterfed yet, so not on this page: "
