@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -254,7 +254,7 @@ async def _run(
         "log": list(logs),
         **(provenance or {}),
     }
-    federation: RunsRounds
+    kind: Callable[..., RunsRounds] = Federation
     if runtime.name == "ray":
         # Imported here: Ray is heavy, and a local run never needs it.
         from clusterfed.actors.runtimes.ray import RayRuntime
@@ -265,25 +265,16 @@ async def _run(
             raise ConfigError(
                 f"a runtime named 'ray' must be a RayRuntime, got {type(runtime)}"
             )
-        federation = RemoteFederation(
-            scenario,
-            runtime,
-            out,
-            config=config,
-            checkpoint_every=checkpoint_every,
-            resume=start,
-            trace=trace,
-        )
-    else:
-        federation = Federation(
-            scenario,
-            runtime,
-            out,
-            config=config,
-            checkpoint_every=checkpoint_every,
-            resume=start,
-            trace=trace,
-        )
+        kind = RemoteFederation
+    federation = kind(
+        scenario,
+        runtime,
+        out,
+        config=config,
+        checkpoint_every=checkpoint_every,
+        resume=start,
+        trace=trace,
+    )
     if not logs:
         return await drive(federation, progress=progress, on_round=on_round)
     scalars = ScalarLog(out, logs)
