@@ -18,6 +18,7 @@ from .base import (
     ClientUpdate,
     IdentityPolicy,
     ImportancePolicy,
+    MixturePolicy,
     PeerScore,
     ProbePlan,
     SampleLossProbe,
@@ -26,6 +27,7 @@ from .base import (
     TaskPlan,
     Want,
     heaviest,
+    is_mixture,
     reports_importance,
 )
 from .diagnostics import Diagnostics
@@ -40,6 +42,7 @@ __all__ = [
     "Diagnostics",
     "IdentityPolicy",
     "ImportancePolicy",
+    "MixturePolicy",
     "PeerScore",
     "ProbePlan",
     "SampleLossProbe",
@@ -53,6 +56,7 @@ __all__ = [
     "counts_in_mean",
     "heaviest",
     "identity_policies",
+    "is_mixture",
     "make",
     "make_policy",
     "parameters",

@@ -19,10 +19,11 @@ from clusterfed.algorithms import (
     ServerState,
     Strategy,
     TaskPlan,
+    is_mixture,
     make,
     reports_importance,
 )
-from clusterfed.types import ClientId
+from clusterfed.types import ClientId, ModelKey
 
 DIM = 12
 N_CLASSES = 10
@@ -65,6 +66,7 @@ def updates(plans: Sequence[TaskPlan], ok: bool = True) -> list[ClientUpdate]:
                     20,
                     1.0,
                     importance=importance(plan),
+                    deltas=mixture_deltas(plan, cluster, delta),
                 )
             )
         else:
@@ -79,6 +81,16 @@ def importance(plan: TaskPlan) -> tuple[float, ...] | None:
     if not reports_importance(plan.identity):
         return None
     return (1.0,) + (0.0,) * (len(plan.models) - 1)
+
+
+def mixture_deltas(
+    plan: TaskPlan, trained: ModelKey, delta: np.ndarray
+) -> dict[ModelKey, np.ndarray] | None:
+    """For a mixture task (FedEM's), as the server builds them: `delta` for
+    the model the update names, zero for every other model sent; else None."""
+    if not is_mixture(plan.identity):
+        return None
+    return {k: delta if k == trained else np.zeros_like(delta) for k in plan.models}
 
 
 def histograms(clients: Sequence[ClientInfo]) -> dict[ClientId, np.ndarray]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from clusterfed.protocol import TrainConfig
 
-from .partitions import ClassTablePartition, IIDPartition
+from .partitions import ClassTablePartition, DirichletPartition, IIDPartition
 from .spec import DatasetSpec, ModelSpec, Scenario
 from .transforms import PermutationTransform, RotationTransform
 
@@ -242,5 +242,59 @@ def pacfl_labels_fmnist() -> Scenario:
         algorithm_params={"pacfl": {"fraction": 0.1, "threshold": 2.5}},
         clients=100,
         rounds=200,
+    )
+    return Scenario.model_validate(data)
+
+
+def fedem_dirichlet() -> Scenario:
+    """FedEM's label-mixture experiment: M = 3 components, Dirichlet(0.4) clients."""
+    return Scenario(
+        name="fedem-dirichlet",
+        description=(
+            "Marfoq et al. (FedEM), the CIFAR-10 / EMNIST experiment's split"
+            " and the authors' code's settings where the digits allow: M = 3"
+            " components, every client trains every round, 1 local epoch, SGD"
+            " without momentum at lr 0.03 with weight decay 5e-4; each client"
+            " is evaluated with its own mixture of the 3 components. Departures:"
+            " Dirichlet(0.4) over the 10 classes where the paper's script groups"
+            " the classes into 3 random groups and deals each group over the"
+            " clients by Dirichlet(0.4) (so no planted groups here: ARI is not"
+            " defined); 20 clients of the digits (about 70 images each, batch 16)"
+            " for the paper's 80-100; the MLP 512-128 for its CNNs; 30 rounds."
+        ),
+        partition=DirichletPartition(alpha=0.4),
+        model=ModelSpec(name="mlp", hidden=[512, 128]),
+        algorithm="fedem",
+        algorithm_params={"fedem": {"components": 3}},
+        train=TrainConfig(
+            lr=0.03, momentum=0.0, weight_decay=5e-4, batch_size=16, epochs=1
+        ),
+        clients=20,
+        rounds=30,
+    )
+
+
+def fedem_dirichlet_fmnist() -> Scenario:
+    """FedEM's label-mixture experiment on Fashion-MNIST: 80 clients, M = 3."""
+    data = fedem_dirichlet().model_dump()
+    data.update(
+        name="fedem-dirichlet-fmnist",
+        description=(
+            "Marfoq et al. (FedEM), the CIFAR-10 experiment's split and settings"
+            " on a 28x28 dataset: 80 clients, M = 3 components, every client"
+            " each round, 1 local epoch, batch 128, SGD without momentum at lr"
+            " 0.03 with weight decay 5e-4 (the code's), each client evaluated"
+            " with its mixture. Fashion-MNIST stands in for CIFAR-10 (not"
+            " installable here). Departures: Dirichlet(0.4) over the 10 classes"
+            " where the paper's script groups the classes into 3 random groups"
+            " and deals each group by Dirichlet(0.4); the MLP 512-128 for the"
+            " paper's MobileNet; 50 rounds for its 200 (the paper-scale budget)."
+        ),
+        dataset=FASHION,
+        train=TrainConfig(
+            lr=0.03, momentum=0.0, weight_decay=5e-4, batch_size=128, epochs=1
+        ),
+        clients=80,
+        rounds=50,
     )
     return Scenario.model_validate(data)
