@@ -276,6 +276,7 @@ class Client:
                     samples_seen=result.samples_seen,
                     epsilon=result.epsilon,
                     importance=result.importance,
+                    losses=result.losses,
                 )
             case EvaluateTask(model=model):
                 held_out = self.trainer.evaluate(model.weights)

@@ -264,6 +264,7 @@ class Round:
             n_samples=n_samples,
             loss=reply.loss,
             importance=reply.importance,
+            losses=reply.losses,
         )
 
 

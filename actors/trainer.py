@@ -48,6 +48,8 @@ class TrainResult:
     epsilon: float | None = None  # privacy spent so far, with DP
     # The client's weight for each model of the task (FedSoft), in task order.
     importance: tuple[float, ...] | None = None
+    # Each model's mean training loss before training (FedDrift), in task order.
+    losses: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,9 @@ import numpy as np
 from clusterfed.algorithms import (
     Candidate,
     ImportancePolicy,
+    LossReportingPolicy,
     heaviest,
+    lowest,
     make_policy,
 )
 from clusterfed.errors import ClusterfedError
@@ -42,18 +44,26 @@ def train(
     An importance policy (FedSoft's) weighs every candidate, even a single
     one: the client trains from the one it weighs most, pulled toward each by
     the policy's proximal coefficients, and the weights go back with the
-    result."""
+    result. A loss-reporting policy (FedDrift's) scores every candidate, even
+    a single one, trains the lowest, and the scores go back with the result.
+    """
     trainer.check_budget(config)  # refuse before probing, not only before training
     chosen = candidates[0]
     probe = _Probe(trainer, config.batch_size)
     policy = make_policy(identity.name, identity.params) if identity else None
     importance: tuple[float, ...] | None = None
+    losses: tuple[float, ...] | None = None
     anchors: list[Anchor] = []
     if isinstance(policy, ImportancePolicy):
         importance = policy.importance(probe, candidates)
         chosen = candidates[heaviest(importance)]
         pulls = policy.proximal(importance)
         anchors = [(c.weights, k) for c, k in zip(candidates, pulls, strict=True)]
+    elif isinstance(policy, LossReportingPolicy):
+        losses = policy.losses(probe, candidates)
+        for loss in losses:
+            check_loss(loss, "a candidate's probe")
+        chosen = candidates[lowest(losses)]
     elif policy is not None and len(candidates) > 1:
         cluster = policy.choose(probe, candidates, round)
         chosen = next(c for c in candidates if c.cluster == cluster)
@@ -68,6 +78,7 @@ def train(
         result,
         samples_seen=result.samples_seen + probe.samples,
         importance=importance,
+        losses=losses,
     )
 
 

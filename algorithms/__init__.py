@@ -18,6 +18,7 @@ from .base import (
     ClientUpdate,
     IdentityPolicy,
     ImportancePolicy,
+    LossReportingPolicy,
     PeerScore,
     ProbePlan,
     SampleLossProbe,
@@ -26,7 +27,9 @@ from .base import (
     TaskPlan,
     Want,
     heaviest,
+    lowest,
     reports_importance,
+    reports_losses,
 )
 from .diagnostics import Diagnostics
 from .registry import algorithms, identity_policies, make, make_policy, parameters
@@ -40,6 +43,7 @@ __all__ = [
     "Diagnostics",
     "IdentityPolicy",
     "ImportancePolicy",
+    "LossReportingPolicy",
     "PeerScore",
     "ProbePlan",
     "SampleLossProbe",
@@ -53,10 +57,12 @@ __all__ = [
     "counts_in_mean",
     "heaviest",
     "identity_policies",
+    "lowest",
     "make",
     "make_policy",
     "parameters",
     "reports_importance",
+    "reports_losses",
     "sum_per_cluster",
     "weighted_mean",
 ]

@@ -1,6 +1,7 @@
 """Client-side policies: what runs inside a client actor when a task offers
 several models — an identity policy picks the one it trains (IFCA, the
-gradient–loss rule), an importance policy weighs them all (FedSoft)."""
+gradient–loss rule), an importance policy weighs them all (FedSoft), a
+loss-reporting policy picks and sends every model's loss back (FedDrift)."""
 
 from __future__ import annotations
 
@@ -93,6 +94,32 @@ class ImportancePolicy(IdentityPolicy):
         return candidates[heaviest(weights)].cluster
 
 
+class LossReportingPolicy(IdentityPolicy):
+    """A client policy that scores every candidate by its mean loss on the
+    client's training samples, trains the lowest (ties: the first), and
+    returns all the scores with its update (`UpdateReply.losses`,
+    `ClientUpdate.losses`), even for a single candidate; the server refuses
+    an update of such a task without them (FedDrift's drift detection and
+    loss distances are computed from them)."""
+
+    def losses(
+        self, probe: ClientProbe, candidates: Sequence[Candidate]
+    ) -> tuple[float, ...]:
+        """The mean training loss of each candidate, in candidate order."""
+        return tuple(float(probe.loss(c.weights)) for c in candidates)
+
+    def choose(
+        self, probe: ClientProbe, candidates: Sequence[Candidate], round: int
+    ) -> ModelKey:
+        """The candidate of the lowest loss (ties: the first)."""
+        return candidates[lowest(self.losses(probe, candidates))].cluster
+
+
+def lowest(losses: Sequence[float]) -> int:
+    """The index of the smallest loss (ties: the first)."""
+    return int(np.argmin(np.asarray(losses, dtype=np.float64)))
+
+
 def heaviest(importance: Sequence[float]) -> int:
     """The index of the largest weight (ties: the first)."""
     return int(np.argmax(np.asarray(importance, dtype=np.float64)))
@@ -104,3 +131,11 @@ def reports_importance(identity: str | None) -> bool:
 
     policy = identity_policies().get(identity) if identity else None
     return policy is not None and issubclass(policy, ImportancePolicy)
+
+
+def reports_losses(identity: str | None) -> bool:
+    """Whether the identity rule `identity` names reports every model's loss."""
+    from .registry import identity_policies  # the registry imports this module
+
+    policy = identity_policies().get(identity) if identity else None
+    return policy is not None and issubclass(policy, LossReportingPolicy)

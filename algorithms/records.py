@@ -116,6 +116,10 @@ class ClientUpdate:
     importance: tuple[float, ...] | None = None
     """An importance policy's weights (FedSoft's), one per model sent in the
     task's order, summing to 1; None for any other task."""
+    losses: tuple[float, ...] | None = None
+    """A loss-reporting policy's scores (FedDrift's): the mean training loss
+    of each model sent, in the task's order, measured before training; None
+    for any other task."""
 
     @property
     def ok(self) -> bool:

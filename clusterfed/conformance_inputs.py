@@ -21,6 +21,7 @@ from clusterfed.algorithms import (
     TaskPlan,
     make,
     reports_importance,
+    reports_losses,
 )
 from clusterfed.types import ClientId
 
@@ -65,6 +66,7 @@ def updates(plans: Sequence[TaskPlan], ok: bool = True) -> list[ClientUpdate]:
                     20,
                     1.0,
                     importance=importance(plan),
+                    losses=losses(plan),
                 )
             )
         else:
@@ -79,6 +81,15 @@ def importance(plan: TaskPlan) -> tuple[float, ...] | None:
     if not reports_importance(plan.identity):
         return None
     return (1.0,) + (0.0,) * (len(plan.models) - 1)
+
+
+def losses(plan: TaskPlan) -> tuple[float, ...] | None:
+    """For a task whose rule reports losses (FedDrift's), as the server
+    requires: the same loss for every model sent, so the model trained (the
+    first sent) is the lowest; else None."""
+    if not reports_losses(plan.identity):
+        return None
+    return (1.0,) * len(plan.models)
 
 
 def histograms(clients: Sequence[ClientInfo]) -> dict[ClientId, np.ndarray]:

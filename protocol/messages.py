@@ -190,6 +190,17 @@ class UpdateReply(_Frozen):
         description="an importance rule's weights (FedSoft's): one per model"
         " of the task, in its order, summing to 1; not sent for any other task",
     )
+    losses: tuple[Loss, ...] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_MODELS,
+        fail_fast=True,
+        # Absent from the wire while None, as `importance` is.
+        exclude_if=lambda value: value is None,
+        description="a loss-reporting rule's scores (FedDrift's): the mean"
+        " training loss of each model of the task, in its order, measured"
+        " before training; not sent for any other task",
+    )
 
 
 class EvaluateTask(_Frozen):
