@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pytest
 import torch
@@ -18,6 +19,7 @@ from sklearn.cluster import AgglomerativeClustering
 
 import clusterfed
 from clusterfed.actors import LocalTrainer, work
+from clusterfed.actors.trace import read_trace
 from clusterfed.actors.validation import check_update
 from clusterfed.algorithms import ClientInfo, ClientUpdate, TaskPlan, make
 from clusterfed.algorithms.feddrift import (
@@ -37,11 +39,13 @@ from clusterfed.protocol import (
     decode,
     encode,
 )
+from clusterfed.protocol.codec import to_json_form
+from clusterfed.protocol.schema import json_schema
 from clusterfed.scenarios import BUILTIN, Drift, Scenario
 from clusterfed.scenarios.spec import IIDPartition
 from clusterfed.scenarios.transforms import PermutationTransform
 from clusterfed.types import ClientId, ClusterId
-from helpers import small_scenario
+from helpers import small_scenario, traced_run
 
 DIM = 4
 SIZES = (10, 20, 30, 40)
@@ -340,6 +344,27 @@ def _reply(losses: tuple[float, ...] | None, cluster: int = 0) -> UpdateReply:
 def _plan(identity: str | None, n_models: int = 2) -> TaskPlan:
     models = {ClusterId(s): np.zeros(4, np.float32) for s in range(n_models)}
     return TaskPlan(ClientId(1), dict(models), identity=identity)
+
+
+def test_a_recorded_update_with_losses_is_valid_against_the_schema(
+    tmp_path: Path,
+) -> None:
+    traced_run(tmp_path, small_scenario(algorithm="feddrift", rounds=2))
+    forms = [
+        to_json_form(r.data)
+        for r in read_trace(tmp_path)[1]
+        if r.kind == "update_reply" and r.data is not None
+    ]
+    assert forms and all(len(f["payload"]["losses"]) == 1 for f in forms)
+    validator = jsonschema.Draft202012Validator(json_schema())
+    for form in forms:
+        assert not list(validator.iter_errors(form)), form["payload"]
+    losses = json_schema()["$defs"]["UpdateReply"]["properties"]["losses"]
+    bounded = next(o for o in losses["anyOf"] if o.get("type") == "array")
+    assert (bounded["minItems"], bounded["maxItems"]) == (1, 1024)
+    assert bounded["items"]["minimum"] == 0 and bounded["items"]["maximum"] == 1e12
+    broken = {**forms[0], "payload": {**forms[0]["payload"], "losses": [-1.0]}}
+    assert list(validator.iter_errors(broken))
 
 
 def test_the_losses_travel_and_an_update_without_them_keeps_its_bytes() -> None:
