@@ -36,7 +36,7 @@ merge keeping the lowest id; the merge weights are the data each model
 trained on over all time steps; the code keeps at most `concept_num`
 models and evicts the least recently used one. FedDrift-Eager (the code's
 `mmacc`: the drifted clients of a time step share one new model, no merging)
-is not implemented here.
+is `feddrift-eager` (`feddrift_eager.py`), the switch `eager` here.
 
 Where clusterfed departs, and why:
 
@@ -89,6 +89,7 @@ drifted (ARI 1 in every round). tests/test_feddrift.py checks both.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
 import numpy as np
 
@@ -104,6 +105,7 @@ from .feddrift_clusters import cluster_losses as cluster_losses
 from .feddrift_clusters import loss_distances as loss_distances
 from .feddrift_clusters import merge_groups as merge_groups
 from .feddrift_clusters import merged_model as merged_model
+from .feddrift_clusters import new_model as new_model
 from .feddrift_clusters import offered as offered
 from .feddrift_clusters import open_clusters as open_clusters
 from .feddrift_clusters import room_for
@@ -130,6 +132,9 @@ class FedDrift(Strategy[FedDriftState]):
     name = "feddrift"
     state_type = FedDriftState
     honours_aggregator = True
+    eager: ClassVar[bool] = False
+    """FedDrift-Eager (`feddrift_eager.py`): the clients flagged in a time
+    step share one new cluster, never isolated, and clusters never merge."""
 
     def __init__(
         self,
@@ -265,6 +270,7 @@ class FedDrift(Strategy[FedDriftState]):
         scores: dict[ClientId, dict[ClusterId, float]] = {}
         stay: list[ClientUpdate] = []
         drifted: list[ClientId] = []
+        founders: dict[ClusterId, list[ClientUpdate]] = {}
         # A cluster some client trained this round is never dropped for room.
         trained_now = {u.cluster for u in updates}
         for u in updates:
@@ -288,6 +294,11 @@ class FedDrift(Strategy[FedDriftState]):
                 stay.append(u)
                 continue
             drifted.append(u.client)
+            if self.eager and founders:  # the step's new cluster, shared
+                shared = next(iter(founders))
+                assignment[u.client] = shared
+                founders[shared].append(u)
+                continue
             room = room_for(
                 models, assignment, last_used, self.max_clusters, trained_now
             )
@@ -301,10 +312,14 @@ class FedDrift(Strategy[FedDriftState]):
                 last_used.pop(gone, None)
             new = ClusterId(next_cluster)
             next_cluster += 1
-            models[new] = (u.base + u.delta).astype(np.float32)
-            trained[new] = float(u.n_samples)
-            isolated[new] = step + self.isolation
+            founders[new] = [u]
+            models[new] = new_model([u])  # taking its place under the cap now
+            if not self.eager:
+                isolated[new] = step + self.isolation
             assignment[u.client] = new
+        for new, local in founders.items():
+            models[new] = new_model(local)
+            trained[new] = float(sum(u.n_samples for u in local))
         for u in stay:
             if counts_in_mean(u):
                 trained[u.cluster_id] = trained.get(u.cluster_id, 0.0) + u.n_samples

@@ -1,7 +1,7 @@
 """FedDrift's state and cluster maths (`feddrift.py` decides when): which
 clusters are open and offered, the room for a new one, the loss distance
-between clusters, the complete-linkage grouping cut at δ', and the merged
-model.
+between clusters, the complete-linkage grouping cut at δ', and the new and
+merged models.
 
 Jothimurugesan, Hsieh, Wang, Joshi, Gibbons, "Federated Learning under
 Distributed Concept Drift", AISTATS 2023 (arXiv:2206.00799).
@@ -20,7 +20,7 @@ from clusterfed.types import ClientId, ClusterId, ModelKey
 
 from ._aggregate import weighted_mean
 from .diagnostics import Diagnostics
-from .records import ServerState
+from .records import ClientUpdate, ServerState
 
 
 @dataclass(frozen=True)
@@ -162,3 +162,18 @@ def room_for(
     if not empty:
         return None
     return [min(empty, key=lambda k: (last_used.get(k, -1), k))]
+
+
+def new_model(founders: Sequence[ClientUpdate]) -> np.ndarray:
+    """A new cluster's model: its founder's local model (base + delta), or
+    the sample-weighted mean of its founders' (FedDrift-Eager's shared one)."""
+    local = []
+    for u in founders:
+        if u.base is None or u.delta is None:
+            raise ValueError(f"the update of client {u.client} carries no model")
+        local.append(u.base + u.delta)
+    if len(local) == 1:
+        alone: np.ndarray = local[0].astype(np.float32)
+        return alone
+    weights = [float(u.n_samples) for u in founders]
+    return merged_model([m.astype(np.float64) for m in local], weights)

@@ -29,6 +29,7 @@ from clusterfed.algorithms.feddrift import (
     loss_distances,
     merge_groups,
 )
+from clusterfed.algorithms.feddrift_eager import FedDriftEager
 from clusterfed.conformance import CHECKS
 from clusterfed.models import build_model, get_flat
 from clusterfed.protocol import (
@@ -204,6 +205,35 @@ def test_the_least_recently_used_empty_cluster_makes_room() -> None:
     new = strategy.aggregate(state, 5, [update], _rng())
     assert new.drifted == (0,) and sorted(new.models) == [0, 2]
     assert new.assignment[ClientId(0)] == 2
+
+
+def test_eager_drifters_share_one_cluster_that_never_merges() -> None:
+    strategy = FedDriftEager(delta=0.5)
+    state = _joined(strategy)
+    state = strategy.aggregate(
+        state, 0, [_update(state, c, 0, (2.0,)) for c in range(4)], _rng()
+    )
+    theta = state.models[ClusterId(0)].astype(np.float64)
+    jumps = [(1.0,), (1.0,), (3.0,), (3.0,)]
+    state = strategy.aggregate(
+        state, 1, [_update(state, c, 0, jumps[c]) for c in range(4)], _rng()
+    )
+    assert state.drifted == (2, 3) and dict(state.isolated) == {}
+    assert dict(state.assignment) == {0: 0, 1: 0, 2: 1, 3: 1}
+    # The shared model: the drifters' local models weighted by their samples.
+    want = (30 * (theta + _delta(2)) + 40 * (theta + _delta(3))) / 70
+    assert_allclose(state.models[ClusterId(1)], want, rtol=1e-6)
+    assert state.trained[ClusterId(1)] == 70.0
+    # Next time step every client scores both; the clusters are close (D =
+    # 0.1 ≤ δ') and FedDrift would merge them: the eager variant does not.
+    plans = strategy.plan_round(
+        state, 2, [ClientInfo(ClientId(c), n) for c, n in enumerate(SIZES)], _rng()
+    )
+    assert [list(p.models) for p in plans] == [[0, 1]] * 4
+    close = [(0.5, 0.6), (0.5, 0.6), (0.6, 0.5), (0.6, 0.5)]
+    updates = [_update(state, c, [0, 0, 1, 1][c], close[c]) for c in range(4)]
+    assert strategy.aggregate(state, 2, updates, _rng()).merged == ()
+    assert FedDrift(delta=0.5).aggregate(state, 2, updates, _rng()).merged == ((0, 1),)
 
 
 # -- the loss distance and the merge against independent computations ---------
@@ -516,6 +546,14 @@ def test_on_change_points_a_every_flag_is_a_drift_that_fired(tmp_path: Path) -> 
     assert _flags(rows) == {(5, 1)} and _fired(rows) == {(5, 1), (10, 7)}
     assert rows[10]["clients"][7]["cluster"] == rows[10]["clients"][1]["cluster"]
     assert all(r["ari"] == 1.0 for r in rows)
+
+
+def test_eager_flags_the_drifters_into_one_cluster_at_once(tmp_path: Path) -> None:
+    scenario = _planted().model_copy(update={"algorithm": "feddrift-eager"})
+    rows = clusterfed.run(scenario, out=tmp_path, workers=1).rows
+    assert _flags(rows) == _fired(rows) == {(3, 0), (3, 2), (3, 4)}
+    assert all(r["ari"] == 1.0 and not r["strategy"]["merged"] for r in rows)
+    assert rows[3]["n_clusters"] == 2
 
 
 def test_the_codes_delta_in_loss_units_leaves_twins_of_a_concept_apart(
