@@ -7,11 +7,14 @@ flags are the ones whose drift event fired."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from pathlib import Path
 
 import jsonschema
+import msgpack
 import numpy as np
 import pytest
+import test_hostile as hostile
 import torch
 from numpy.testing import assert_allclose, assert_array_equal
 from pydantic import ValidationError
@@ -566,3 +569,38 @@ def test_the_codes_delta_in_loss_units_leaves_twins_of_a_concept_apart(
     rows = clusterfed.run(_planted(merge_delta=0.1), out=tmp_path, workers=1).rows
     assert not any(r["strategy"]["merged"] for r in rows)
     assert rows[-1]["n_clusters"] == 3 and rows[-1]["ari"] < 1.0
+
+
+def _forged_losses(losses: list[float] | None) -> Callable[[bytes], bytes]:
+    """A reply with its `losses` replaced (None: taken off the wire)."""
+
+    def forge(reply: bytes) -> bytes:
+        raw = msgpack.unpackb(
+            reply, raw=False, ext_hook=lambda c, d: msgpack.ExtType(c, d)
+        )
+        if losses is None:
+            raw["payload"].pop("losses")
+        else:
+            raw["payload"]["losses"] = losses
+        return msgpack.packb(raw, use_bin_type=True)
+
+    return forge
+
+
+@pytest.mark.parametrize(
+    ("losses", "reason"),
+    [
+        (None, "no losses, which the feddrift rule reports"),
+        ([0.5, 0.5], "2 losses for the 1 models sent"),
+        ([-1.0], "losses"),  # refused when decoded: below the bound
+    ],
+)
+def test_a_client_that_lies_about_its_losses_is_refused_and_the_run_goes_on(
+    losses: list[float] | None, reason: str
+) -> None:
+    _, outcomes = hostile.run(
+        rewrite=hostile.in_round(1, _forged_losses(losses)), algorithm="feddrift"
+    )
+    hostile.assert_refused_once(outcomes, 1, reason)
+    hostile.others_trained(outcomes[1], hostile.HOSTILE)
+    hostile.others_trained(outcomes[2])
