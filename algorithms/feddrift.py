@@ -152,22 +152,16 @@ class FedDrift(Strategy[FedDriftState]):
             isinstance(merge_delta, bool) or not 0 <= merge_delta < float("inf")
         ):
             raise ValueError(f"merge_delta must be finite, >= 0, got {merge_delta!r}")
-        for label, value, most in (
-            ("isolation", isolation, None),
-            ("period", period, None),
-            ("max_clusters", max_clusters, MAX_CLUSTERS),
+        for label, value in (("isolation", isolation), ("period", period)):
+            if not _counts(value):
+                raise ValueError(f"{label} must be an integer >= 1, got {value!r}")
+        if max_clusters is not None and not (
+            _counts(max_clusters) and max_clusters <= MAX_CLUSTERS
         ):
-            if label == "max_clusters" and value is None:
-                continue
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int)
-                or not 1 <= value <= (most or value)
-            ):
-                upto = f" and <= {most}" if most else ""
-                raise ValueError(
-                    f"{label} must be an integer >= 1{upto}, got {value!r}"
-                )
+            raise ValueError(
+                f"max_clusters must be an integer in [1, {MAX_CLUSTERS}] or None,"
+                f" got {max_clusters!r}"
+            )
         if isinstance(fraction, bool) or not 0 < fraction <= 1:
             raise ValueError(f"fraction must be in (0, 1], got {fraction!r}")
         self.delta = float(delta)
@@ -396,6 +390,11 @@ class FedDrift(Strategy[FedDriftState]):
             merged=[list(g) for g in state.merged],
             isolated=sorted(state.isolated),
         )
+
+
+def _counts(value: object) -> bool:
+    """Whether `value` is an integer of at least 1 (a bool is not)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def _moved(
