@@ -45,6 +45,7 @@ from clusterfed.types import model_key
 
 from . import work
 from .faults import FaultyBehaviour
+from .mixture import evaluate as evaluate_mixture
 from .privacy import PrivacyBudgetError
 from .spec import ClientSpec, ScratchModels, build_trainer
 from .trainer import LocalTrainer
@@ -260,13 +261,15 @@ class Client:
 
     async def _serve(self, request: Envelope) -> Message:
         match request.payload:
-            case TrainTask(models=models, config=config, identity=identity):
+            case TrainTask(
+                models=models, config=config, identity=identity, mixture=mixture
+            ):
                 candidates = [
                     Candidate(model_key(m.cluster), m.weights, m.last_update)
                     for m in models
                 ]
                 cluster, result = work.train(
-                    self.trainer, candidates, identity, config, request.round
+                    self.trainer, candidates, identity, config, request.round, mixture
                 )
                 return UpdateReply(
                     cluster=cluster,
@@ -277,12 +280,20 @@ class Client:
                     epsilon=result.epsilon,
                     importance=result.importance,
                     losses=result.losses,
+                    components=result.components,
                 )
-            case EvaluateTask(model=model):
-                held_out = self.trainer.evaluate(model.weights)
+            case EvaluateTask(model=model, others=others, mixture=mixture):
+                if others is not None and mixture is not None:
+                    models = (model, *others)
+                    held_out, tested = evaluate_mixture(
+                        self.trainer,
+                        [(m.weights, s) for m, s in zip(models, mixture, strict=True)],
+                    )
+                else:
+                    held_out = self.trainer.evaluate(model.weights)
+                    tested = self.trainer.evaluate_test_set(model.weights)
                 # The reported accuracy is the test set's where the client
                 # has one; the hold-out's goes beside it.
-                tested = self.trainer.evaluate_test_set(model.weights)
                 scores = tested if tested is not None else held_out
                 return EvaluateReply(
                     cluster=model.cluster,

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 from clusterfed.algorithms import (
+    ClientInfo,
     ClientUpdate,
     PeerScore,
     ProbePlan,
+    ServerState,
+    Strategy,
     TaskPlan,
     Want,
 )
@@ -281,21 +285,72 @@ async def probe(
     return scored, _slowest(durations)
 
 
+Mixture = Sequence[tuple[ModelKey, np.ndarray, float]]
+"""A client's evaluation mixture (FedEM's): each model with its weight."""
+
+
+def mixtures(
+    strategy: Strategy[Any], state: ServerState, members: Sequence[ClientInfo]
+) -> dict[ClientId, Mixture]:
+    """The mixture each member is evaluated with, for those the strategy
+    evaluates with one (`Strategy.mixture_for`), models in id order."""
+    found: dict[ClientId, Mixture] = {}
+    for client in members:
+        weights = strategy.mixture_for(state, client.id)
+        if weights is not None:
+            found[client.id] = [
+                (k, state.models[k], float(weights[k])) for k in sorted(weights)
+            ]
+    return found
+
+
+def mixture_task(
+    shared: dict[tuple[ModelKey, int], ClusterModel],
+    first: ModelKey,
+    mixture: Mixture,
+) -> EvaluateTask:
+    """The evaluate task of a mixture: `first` (the model the client is
+    evaluated as, which its reply names) as `model`, the rest as `others`,
+    each model object shared with every task that sends it."""
+
+    def model(key: ModelKey, weights: np.ndarray) -> ClusterModel:
+        if (key, id(weights)) not in shared:
+            shared[(key, id(weights))] = ClusterModel(cluster=key, weights=weights)
+        return shared[(key, id(weights))]
+
+    ordered = sorted(mixture, key=lambda part: part[0] != first)
+    if len(ordered) == 1:  # a mixture of one model is that model
+        return EvaluateTask(model=model(ordered[0][0], ordered[0][1]))
+    return EvaluateTask(
+        model=model(ordered[0][0], ordered[0][1]),
+        others=tuple(model(k, w) for k, w, _ in ordered[1:]),
+        mixture=tuple(share for _, _, share in ordered),
+    )
+
+
 async def evaluate(
     courier: Courier,
     round: Round,
     models: Mapping[ClientId, tuple[ModelKey, np.ndarray]],
+    mixtures: Mapping[ClientId, Mixture] | None = None,
 ) -> None:
     """Each client scores the model it is evaluated with on its test set (its
-    held-out split where the dataset has no test split)."""
+    held-out split where the dataset has no test split): its model in
+    `models`, or, for a client in `mixtures` (FedEM's), the mixture of that
+    model and the others, each with its weight."""
     tasks: dict[tuple[ModelKey, int], EvaluateTask] = {}
+    shared: dict[tuple[ModelKey, int], ClusterModel] = {}
     requests: list[tuple[ClientId, Message]] = []
+    mixtures = mixtures or {}
     for client, (cluster, weights) in models.items():
         key = (cluster, id(weights))
+        if key not in shared:
+            shared[key] = ClusterModel(cluster=cluster, weights=weights)
+        if client in mixtures:
+            requests.append((client, mixture_task(shared, cluster, mixtures[client])))
+            continue
         if key not in tasks:
-            tasks[key] = EvaluateTask(
-                model=ClusterModel(cluster=cluster, weights=weights)
-            )
+            tasks[key] = EvaluateTask(model=shared[key])
         requests.append((client, tasks[key]))
     exchanges = await courier.round_trip(requests, round.number, round.roster)
     for (client, task), exchange in zip(requests, exchanges, strict=True):

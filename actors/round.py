@@ -25,14 +25,14 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from clusterfed.algorithms import ClientUpdate, TaskPlan
+from clusterfed.algorithms import ClientUpdate, TaskPlan, is_mixture
 from clusterfed.protocol import UpdateReply
 from clusterfed.types import ClientId, model_key
 
 from .folding import RoundFold, without_delta
 from .outcome import ClientOutcome, Exchange
 from .roster import Roster
-from .validation import check_update, max_samples_seen
+from .validation import check_update, deltas_of, max_samples_seen, models_trained
 
 Lateness = Callable[[ClientUpdate], tuple[str | None, int | None]]
 """The schedule's lateness rule for a judged update: why it counts as late
@@ -152,7 +152,10 @@ class Round:
         if declared is None:
             return reply.samples_seen
         most = max_samples_seen(
-            declared.n_train, self.limits.epochs_of(plan), len(plan.models)
+            declared.n_train,
+            self.limits.epochs_of(plan),
+            len(plan.models),
+            models_trained(plan),
         )
         return min(reply.samples_seen, most)
 
@@ -265,6 +268,7 @@ class Round:
             loss=reply.loss,
             importance=reply.importance,
             losses=reply.losses,
+            deltas=deltas_of(reply, plan) if is_mixture(plan.identity) else None,
         )
 
 

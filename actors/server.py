@@ -277,6 +277,7 @@ class ParameterServer(Membership):
             self.courier,
             books,
             {c.id: self.strategy.model_for(self.state, c.id) for c in members},
+            phases.mixtures(self.strategy, self.state, members),
         )
         for outcome in books.outcomes.values():
             outcome.cluster = self.state.assignment.get(outcome.id)

@@ -19,7 +19,8 @@ from clusterfed.data.datasets import load_test_split
 from clusterfed.models import build_model
 
 from .privacy import Horizon, PrivateTraining, private_model
-from .trainer import LocalTrainer, Rows
+from .rows import Rows
+from .trainer import LocalTrainer
 
 Accountant = Literal["rdp", "prv", "gdp"]
 

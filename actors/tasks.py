@@ -48,10 +48,14 @@ def train_tasks(plans: Sequence[TaskPlan], base: TrainConfig) -> list[TrainTask]
             tuple(id(m) for m in sent),
             plan.identity,
             tuple(sorted(plan.identity_params.items())),
+            plan.mixture,
         )
         if task_key not in tasks:
             tasks[task_key] = TrainTask(
-                models=tuple(sent), config=configs[changes], identity=identity
+                models=tuple(sent),
+                config=configs[changes],
+                identity=identity,
+                mixture=plan.mixture,
             )
         result.append(tasks[task_key])
     return result

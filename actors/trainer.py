@@ -21,13 +21,15 @@ import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
+from clusterfed.errors import ClusterfedError
 from clusterfed.models import get_flat, set_flat
 from clusterfed.protocol import TrainConfig
 from clusterfed.seeding import derive_seed
 
 from .privacy import PrivateTraining, poisson_steps, quiet_opacus
+from .rows import Pairs, Rows
 
 PROBE_KEY = 1  # keeps the probe's mini-batch stream apart from training's
 DP_SAMPLING_KEY = 2  # the Poisson sampling stream of a private round
@@ -46,10 +48,14 @@ class TrainResult:
     n_samples: int
     samples_seen: int
     epsilon: float | None = None  # privacy spent so far, with DP
-    # The client's weight for each model of the task (FedSoft), in task order.
+    # The client's weight for each model of the task (FedSoft), or its new
+    # mixture weights (FedEM), in task order.
     importance: tuple[float, ...] | None = None
     # Each model's mean training loss before training (FedDrift), in task order.
     losses: tuple[float, ...] | None = None
+    # A mixture task's (FedEM's) deltas of the models other than `delta`'s,
+    # in task order.
+    components: tuple[np.ndarray, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -57,44 +63,6 @@ class EvalResult:
     accuracy: float
     loss: float
     n_samples: int
-
-
-class Rows:
-    """A client's samples: rows `index` of `source`, gathered when read.
-
-    `source` may be the whole dataset, shared by every client of a process:
-    a local worker's clients then read the images the process forked with
-    instead of each holding a private copy of its own (with 1,000
-    Fashion-MNIST clients, the dataset once more in every worker's memory).
-    Without `index`, the rows are all of `source` (a rotated client's own
-    images).
-    """
-
-    def __init__(self, source: torch.Tensor, index: torch.Tensor | None = None):
-        self.source = source
-        self.index = index
-
-    def __len__(self) -> int:
-        return len(self.source if self.index is None else self.index)
-
-    def __getitem__(self, rows: torch.Tensor | int) -> torch.Tensor:
-        return self.source[rows if self.index is None else self.index[rows]]
-
-    def gather(self) -> torch.Tensor:
-        return self.source if self.index is None else self.source[self.index]
-
-
-class _Pairs(Dataset[tuple[torch.Tensor, torch.Tensor]]):
-    """(sample, label) pairs for Opacus' Poisson data loader."""
-
-    def __init__(self, x: Rows, y: torch.Tensor) -> None:
-        self.x, self.y = x, y
-
-    def __len__(self) -> int:
-        return len(self.y)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.x[i], self.y[i]
 
 
 class LocalTrainer:
@@ -120,7 +88,7 @@ class LocalTrainer:
         self.y_train, self.y_test = y_train, y_test
         self.seed = seed
         self.privacy = privacy
-        self._train_set = _Pairs(self._x_train, y_train)
+        self._train_set = Pairs(self._x_train, y_train)
         # Images of the dataset's own test split (see data.test_sets): what
         # the reported accuracy comes from; "test" above is the hold-out.
         if test_set is not None and len(test_set[0]) != len(test_set[1]):
@@ -136,6 +104,15 @@ class LocalTrainer:
         return self._x_test.gather()
 
     @property
+    def test_set(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The client's images and labels from the dataset's test split;
+        None if it has none (digits)."""
+        if self._test_set is None:
+            return None
+        rows, y = self._test_set
+        return rows.gather(), y
+
+    @property
     def n_train(self) -> int:
         return len(self.y_train)
 
@@ -149,19 +126,31 @@ class LocalTrainer:
         config: TrainConfig,
         round: int,
         anchors: Sequence[Anchor] = (),
+        sample_weights: np.ndarray | None = None,
     ) -> TrainResult:
         """Train from `weights` for `config.epochs` epochs; return the delta.
 
         The loss is the batch's cross-entropy plus the proximal terms: FedProx's
         μ/2·‖w − weights‖² (`config.mu`) and c/2·‖w − a‖² for each
-        `(a, c)` of `anchors` (FedSoft's pull toward every center).
+        `(a, c)` of `anchors` (FedSoft's pull toward every center). With
+        `sample_weights` (one per training sample: FedEM's responsibilities)
+        the batch's cross-entropy is Σᵢ wᵢ·ℓᵢ / batch size, as the FedEM
+        authors' `Learner.fit_epoch` weighs it.
 
         Raises:
             PrivacyBudgetError: with DP, when this task would spend more than
                 the client's budget (nothing is trained then).
+            ClusterfedError: `sample_weights` with DP (Opacus clips each
+                sample's gradient of an unweighted loss), or not one finite
+                weight ≥ 0 per training sample.
         """
         if self.privacy is not None:
+            if sample_weights is not None:
+                raise ClusterfedError(
+                    "training with sample weights (FedEM's) has no DP path"
+                )
             return self._train_private(weights, config, round, self.privacy, anchors)
+        scale = None if sample_weights is None else self._sample_weights(sample_weights)
         params, pulls, optimizer = self._start_round(weights, config, anchors)
         generator = torch.Generator().manual_seed(derive_seed(self.seed, round))
         n = self.n_train
@@ -170,9 +159,14 @@ class LocalTrainer:
             order = torch.randperm(n, generator=generator)
             for first in range(0, n, config.batch_size):
                 batch = order[first : first + config.batch_size]
-                loss = F.cross_entropy(
-                    self.model(self._x_train[batch]), self.y_train[batch]
-                )
+                logits = self.model(self._x_train[batch])
+                if scale is None:
+                    loss = F.cross_entropy(logits, self.y_train[batch])
+                else:
+                    each = F.cross_entropy(
+                        logits, self.y_train[batch], reduction="none"
+                    )
+                    loss = (each * scale[batch]).sum() / len(batch)
                 total_loss += loss.item() * len(batch)
                 seen += len(batch)
                 optimizer.zero_grad(set_to_none=True)
@@ -189,6 +183,16 @@ class LocalTrainer:
                 optimizer.step()
         delta = get_flat(self.model) - weights
         return TrainResult(delta, total_loss / seen, n, seen)
+
+    def _sample_weights(self, weights: np.ndarray) -> torch.Tensor:
+        if weights.shape != (self.n_train,) or not np.isfinite(weights).all():
+            raise ClusterfedError(
+                f"sample weights of shape {weights.shape}: one finite weight per"
+                f" training sample ({self.n_train}) is needed"
+            )
+        if (weights < 0).any():
+            raise ClusterfedError("sample weights must be >= 0")
+        return torch.from_numpy(np.asarray(weights, dtype=np.float32))
 
     def _start_round(
         self, weights: np.ndarray, config: TrainConfig, anchors: Sequence[Anchor]

@@ -30,6 +30,7 @@ from clusterfed.algorithms import (
     ProbePlan,
     ServerState,
     TaskPlan,
+    is_mixture,
     lowest,
     reports_importance,
     reports_losses,
@@ -42,7 +43,7 @@ from clusterfed.protocol import (
     ProbeReply,
     UpdateReply,
 )
-from clusterfed.types import ClientId, ClusterId, model_key
+from clusterfed.types import ClientId, ClusterId, ModelKey, model_key
 
 from .roster import Roster
 
@@ -63,13 +64,20 @@ chance that an honest client sees more than 4 × n × epochs is at most
 3.8e-6 for 3 ×, 8e-3 for 2 ×, both at n = 4, batch 1)."""
 
 
-def max_samples_seen(n_train: int, epochs: int, n_models: int) -> int:
+def max_samples_seen(n_train: int, epochs: int, n_models: int, trained: int = 1) -> int:
     """The most samples an honest client processes for a train task of
-    `epochs` epochs that sent `n_models` models: its training (see
+    `epochs` epochs that sent `n_models` models and trains `trained` of them
+    (all of them for a mixture rule, FedEM's; else one): its training (see
     `SAMPLES_SEEN_SLACK`) and, with several models, the identity rule's
     probes, at most its training set once per model (IFCA's scores each
     model on all of it, GradLoss on one batch)."""
-    return n_train * (SAMPLES_SEEN_SLACK * epochs + n_models)
+    return n_train * (SAMPLES_SEEN_SLACK * epochs * trained + n_models)
+
+
+def models_trained(plan: TaskPlan) -> int:
+    """How many of the task's models the client trains: all of them under a
+    mixture rule (FedEM's), else one."""
+    return len(plan.models) if is_mixture(plan.identity) else 1
 
 
 def check_update(
@@ -101,6 +109,8 @@ def check_update(
         return problem
     if (problem := losses_problem(payload, plan)) is not None:
         return problem
+    if (problem := components_problem(payload, plan, n_weights)) is not None:
+        return problem
     if payload.delta.dtype != np.float32:
         return f"delta dtype {payload.delta.dtype}, expected float32"
     if n_train is not None and not 1 <= payload.n_samples <= n_train:
@@ -109,17 +119,32 @@ def check_update(
             f" the client's n_train at join"
         )
     if n_train is not None:
-        most = max_samples_seen(n_train, epochs, len(plan.models))
+        trained = models_trained(plan)
+        most = max_samples_seen(n_train, epochs, len(plan.models), trained)
         if payload.samples_seen > most:
             return (
                 f"samples_seen {payload.samples_seen} is over {most}, the most"
                 f" a task of {epochs} epoch(s) and {len(plan.models)} model(s)"
                 f" takes at n_train {n_train}"
             )
-    delta = payload.delta
+    for key, delta in deltas_of(payload, plan).items():
+        problem = _delta_problem(delta, plan.models[key], key, max_norm, max_ratio)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _delta_problem(
+    delta: np.ndarray,
+    base: np.ndarray,
+    key: int | str,
+    max_norm: float | None,
+    max_ratio: float | None,
+) -> str | None:
+    """Why `delta` may not be added to `base` (model `key`'s), or None."""
+    n_weights = delta.size
     if max_norm is not None and (norm := _norm(delta)) > max_norm:
         return f"delta norm {norm:.4g} is above max_update_norm = {max_norm:g}"
-    base = plan.models[model_key(payload.cluster)]
     # Cheap bound first (‖δ‖ ≤ √n·max|δᵢ|, and the model's norm counts as at
     # least 1): the exact norms of the delta and the model cost the server
     # more than folding the update does.
@@ -139,8 +164,41 @@ def check_update(
         if not end_norm <= FLOAT32_MAX:
             return (
                 f"delta of norm {_norm(delta):.4g} would make"
-                f" {_model(payload.cluster)}'s model non-finite"
+                f" {_model(key)}'s model non-finite"
             )
+    return None
+
+
+def deltas_of(payload: UpdateReply, plan: TaskPlan) -> dict[ModelKey, np.ndarray]:
+    """Every model's delta an update carries, by model: `delta` for the one
+    it names and, for a mixture task (FedEM's), `components` for the others
+    in the task's order. Call after `components_problem` found none."""
+    named = model_key(payload.cluster)
+    deltas = {named: payload.delta}
+    others = [k for k in plan.models if k != named]
+    for key, delta in zip(others, payload.components or (), strict=False):
+        deltas[key] = delta
+    return deltas
+
+
+def components_problem(
+    payload: UpdateReply, plan: TaskPlan, n_weights: int
+) -> str | None:
+    """Why an update's other deltas (`components`) do not fit its task, or
+    None: a mixture task (FedEM's) is answered with one for every model sent
+    but `cluster`, of the model's shape and float32; any other with none."""
+    wanted = len(plan.models) - 1 if is_mixture(plan.identity) else 0
+    got = payload.components or ()
+    if len(got) != wanted:
+        return f"{len(got)} other deltas (components) for a task that takes {wanted}"
+    for delta in got:
+        if delta.shape != (n_weights,):
+            return (
+                f"a component delta has shape {delta.shape}, the model has"
+                f" {n_weights} weights"
+            )
+        if delta.dtype != np.float32:
+            return f"a component delta of dtype {delta.dtype}, expected float32"
     return None
 
 

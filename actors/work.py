@@ -16,10 +16,12 @@ from clusterfed.algorithms import (
     Candidate,
     ImportancePolicy,
     LossReportingPolicy,
+    MixturePolicy,
     heaviest,
     lowest,
     make_policy,
 )
+from clusterfed.algorithms.policy import mixture_weights
 from clusterfed.errors import ClusterfedError
 from clusterfed.protocol import MAX_LOSS, IdentityRule, TrainConfig
 from clusterfed.types import ModelKey
@@ -38,6 +40,7 @@ def train(
     identity: IdentityRule | None,
     config: TrainConfig,
     round: int,
+    mixture: Sequence[float] | None = None,
 ) -> tuple[ModelKey, TrainResult]:
     """Pick a candidate (by the identity policy, if several) and train it.
 
@@ -46,11 +49,23 @@ def train(
     the policy's proximal coefficients, and the weights go back with the
     result. A loss-reporting policy (FedDrift's) scores every candidate, even
     a single one, trains the lowest, and the scores go back with the result.
+    A mixture policy (FedEM's) trains every candidate from the task's
+    `mixture` weights (`train_mixture`).
+
+    Raises:
+        ClusterfedError: a mixture policy without the task's weights, or
+            weights for any other task.
     """
     trainer.check_budget(config)  # refuse before probing, not only before training
     chosen = candidates[0]
     probe = _Probe(trainer, config.batch_size)
     policy = make_policy(identity.name, identity.params) if identity else None
+    if isinstance(policy, MixturePolicy):
+        if mixture is None:
+            raise ClusterfedError(f"the {policy.name} rule needs the task's mixture")
+        return train_mixture(trainer, policy, probe, candidates, mixture, config, round)
+    if mixture is not None:
+        raise ClusterfedError("mixture weights for a task whose rule is no mixture")
     importance: tuple[float, ...] | None = None
     losses: tuple[float, ...] | None = None
     anchors: list[Anchor] = []
@@ -68,11 +83,7 @@ def train(
         cluster = policy.choose(probe, candidates, round)
         chosen = next(c for c in candidates if c.cluster == cluster)
     result = trainer.train(chosen.weights, config, round, anchors)
-    check_loss(result.loss, "training")
-    if not np.isfinite(result.delta).all():
-        raise Diverged(
-            f"training diverged: the update holds non-finite values (lr {config.lr})"
-        )
+    _check_result(result, config)
     # Probing costs simulated compute too: count its samples like training's.
     return chosen.cluster, replace(
         result,
@@ -80,6 +91,48 @@ def train(
         importance=importance,
         losses=losses,
     )
+
+
+def train_mixture(
+    trainer: LocalTrainer,
+    policy: MixturePolicy,
+    probe: _Probe,
+    candidates: Sequence[Candidate],
+    mixture: Sequence[float],
+    config: TrainConfig,
+    round: int,
+) -> tuple[ModelKey, TrainResult]:
+    """FedEM's local update: the E-step (each sample's responsibilities), the
+    new mixture weights (their means), then every candidate trained on its
+    responsibility-weighted loss, each from the round's same batch order.
+    The result's delta is the heaviest candidate's, `components` the others'
+    in task order; its loss is Σ_m of the components' weighted losses."""
+    q = policy.responsibilities(probe, candidates, mixture)
+    shares = mixture_weights(q)
+    results = [
+        trainer.train(c.weights, config, round, sample_weights=q[m])
+        for m, c in enumerate(candidates)
+    ]
+    for result in results:
+        _check_result(result, config)
+    first = heaviest(shares)
+    others = tuple(r.delta for m, r in enumerate(results) if m != first)
+    result = replace(
+        results[first],
+        loss=check_loss(math.fsum(r.loss for r in results), "training"),
+        samples_seen=sum(r.samples_seen for r in results) + probe.samples,
+        importance=shares,
+        components=others or None,
+    )
+    return candidates[first].cluster, result
+
+
+def _check_result(result: TrainResult, config: TrainConfig) -> None:
+    check_loss(result.loss, "training")
+    if not np.isfinite(result.delta).all():
+        raise Diverged(
+            f"training diverged: the update holds non-finite values (lr {config.lr})"
+        )
 
 
 def check_loss(loss: float, what: str) -> float:

@@ -16,7 +16,8 @@ argument), always in the same order, so a scenario and a seed fix every draw.
 What the hooks exchange (`ClientInfo`, `TaskPlan`, `ClientUpdate`,
 `ServerState`…) is in `records.py`; the policies a client actor runs when a
 task offers several models (`IdentityPolicy`, `ImportancePolicy`,
-`LossReportingPolicy`) in `policy.py`. Both are re-exported here.
+`LossReportingPolicy`, `MixturePolicy`) in `policy.py`. Both are re-exported
+here.
 """
 
 from __future__ import annotations
@@ -42,8 +43,10 @@ from .policy import ClientProbe as ClientProbe
 from .policy import IdentityPolicy as IdentityPolicy
 from .policy import ImportancePolicy as ImportancePolicy
 from .policy import LossReportingPolicy as LossReportingPolicy
+from .policy import MixturePolicy as MixturePolicy
 from .policy import SampleLossProbe as SampleLossProbe
 from .policy import heaviest as heaviest
+from .policy import is_mixture as is_mixture
 from .policy import lowest as lowest
 from .policy import reports_importance as reports_importance
 from .policy import reports_losses as reports_losses
@@ -108,6 +111,11 @@ class Strategy(ABC, Generic[S]):
     built. `mean`, the default, is the algorithm's own weighted mean."""
     supports_async: ClassVar[bool] = False
     """Whether the strategy has an asynchronous mode (`absorb`)."""
+    supports_dp: ClassVar[bool] = True
+    """Whether the strategy's client training has a local-DP path. FedEM's
+    has none: it weighs each sample's loss, which Opacus' per-sample
+    clipping of an unweighted loss does not; a scenario with `dp` and such a
+    strategy is refused."""
     async_only: ClassVar[bool] = False
     """Whether the asynchronous mode is the strategy's only one (FedAsync,
     FedBuff: their synchronous rounds would be FedAvg's under another name).
@@ -315,6 +323,15 @@ class Strategy(ABC, Generic[S]):
         """The model a client is evaluated with: its cluster's."""
         cluster = state.assignment[client]
         return cluster, state.models[cluster]
+
+    def mixture_for(
+        self, state: S, client: ClientId
+    ) -> Mapping[ClusterId, float] | None:
+        """A mixture strategy's (FedEM's): the weight of each cluster model in
+        the mixture a client is evaluated with (the prediction is the weighted
+        mean of the models' softmaxes), `model_for`'s among them. None, the
+        default: the client is evaluated with `model_for`'s model alone."""
+        return None
 
     def absorb(
         self,

@@ -1,7 +1,8 @@
 """Client-side policies: what runs inside a client actor when a task offers
 several models — an identity policy picks the one it trains (IFCA, the
 gradient–loss rule), an importance policy weighs them all (FedSoft), a
-loss-reporting policy picks and sends every model's loss back (FedDrift)."""
+loss-reporting policy picks one and sends every model's loss back
+(FedDrift), a mixture policy trains them all (FedEM)."""
 
 from __future__ import annotations
 
@@ -120,22 +121,73 @@ def lowest(losses: Sequence[float]) -> int:
     return int(np.argmin(np.asarray(losses, dtype=np.float64)))
 
 
+class MixturePolicy(IdentityPolicy):
+    """A client policy that trains every candidate, each on its own share of
+    every sample (a mixture of models: FedEM's).
+
+    The task carries the client's mixture weights (`TrainTask.mixture`); the
+    policy gives each sample's weight for each candidate (`responsibilities`,
+    the E-step), the client trains every candidate on its weighted loss (the
+    M-step) and returns every delta (`UpdateReply.components` beside
+    `delta`) with its new mixture weights (`UpdateReply.importance`, the
+    responsibilities' mean per candidate). `delta` and `cluster` are the
+    candidate of most weight (ties: the first)."""
+
+    @abstractmethod
+    def responsibilities(
+        self,
+        probe: SampleLossProbe,
+        candidates: Sequence[Candidate],
+        mixture: Sequence[float],
+    ) -> np.ndarray:
+        """(candidates, samples): each training sample's weight in each
+        candidate's loss, in sample order; each column sums to 1."""
+
+    def choose(
+        self, probe: ClientProbe, candidates: Sequence[Candidate], round: int
+    ) -> ModelKey:
+        """The candidate of most weight after one E-step from equal weights."""
+        if not isinstance(probe, SampleLossProbe):
+            raise TypeError(f"{self.name} needs a probe with sample_losses")
+        equal = [1.0 / len(candidates)] * len(candidates)
+        shares = mixture_weights(self.responsibilities(probe, candidates, equal))
+        return candidates[heaviest(shares)].cluster
+
+
+def mixture_weights(responsibilities: np.ndarray) -> tuple[float, ...]:
+    """The new mixture weights: each candidate's mean responsibility over the
+    samples (FedEM's M-step of π), normalised against rounding."""
+    shares = responsibilities.mean(axis=1)
+    return tuple(float(s) for s in shares / shares.sum())
+
+
 def heaviest(importance: Sequence[float]) -> int:
     """The index of the largest weight (ties: the first)."""
     return int(np.argmax(np.asarray(importance, dtype=np.float64)))
 
 
 def reports_importance(identity: str | None) -> bool:
-    """Whether the identity rule `identity` names is an importance policy."""
-    from .registry import identity_policies  # the registry imports this module
-
-    policy = identity_policies().get(identity) if identity else None
-    return policy is not None and issubclass(policy, ImportancePolicy)
+    """Whether the identity rule `identity` names reports one weight per
+    model sent: an importance policy, or a mixture policy (its new mixture
+    weights)."""
+    policy = _policy(identity)
+    return policy is not None and issubclass(policy, ImportancePolicy | MixturePolicy)
 
 
 def reports_losses(identity: str | None) -> bool:
     """Whether the identity rule `identity` names reports every model's loss."""
+    policy = _policy(identity)
+    return policy is not None and issubclass(policy, LossReportingPolicy)
+
+
+def is_mixture(identity: str | None) -> bool:
+    """Whether the identity rule `identity` names is a mixture policy: it
+    trains every model sent and returns every delta."""
+    policy = _policy(identity)
+    return policy is not None and issubclass(policy, MixturePolicy)
+
+
+def _policy(identity: str | None) -> type[IdentityPolicy] | None:
     from .registry import identity_policies  # the registry imports this module
 
-    policy = identity_policies().get(identity) if identity else None
-    return policy is not None and issubclass(policy, LossReportingPolicy)
+    return identity_policies().get(identity) if identity else None

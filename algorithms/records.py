@@ -59,6 +59,8 @@ class TaskPlan:
     e.g. `{"epochs": 5}` for a longer first round. With several models,
     `identity` names the `IdentityPolicy` the client runs to pick one (with
     `identity_params`), and `last_updates` gives it each cluster's last change.
+    `mixture`: for a mixture policy (FedEM's), the client's weight of each
+    model, in `models`' order.
     """
 
     client: ClientId
@@ -69,6 +71,7 @@ class TaskPlan:
         default_factory=dict
     )
     last_updates: Mapping[ModelKey, np.ndarray] = field(default_factory=dict)
+    mixture: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -114,12 +117,16 @@ class ClientUpdate:
     reason: str | None = None
     peer_scores: Mapping[ClientId, PeerScore] = field(default_factory=dict)
     importance: tuple[float, ...] | None = None
-    """An importance policy's weights (FedSoft's), one per model sent in the
-    task's order, summing to 1; None for any other task."""
+    """An importance policy's weights (FedSoft's), or a mixture policy's new
+    mixture weights (FedEM's), one per model sent in the task's order,
+    summing to 1; None for any other task."""
     losses: tuple[float, ...] | None = None
     """A loss-reporting policy's scores (FedDrift's): the mean training loss
     of each model sent, in the task's order, measured before training; None
     for any other task."""
+    deltas: Mapping[ModelKey, np.ndarray] | None = None
+    """A mixture policy's (FedEM's) change of every model sent, `delta`'s
+    included; None for any other task."""
 
     @property
     def ok(self) -> bool:

@@ -48,6 +48,8 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "pacfl": ("pacfl-labels", {"rounds": 1}),
     # FedDrift: client 1's drift (round 5) flagged, its cluster open in round 6.
     "feddrift": ("feddrift-swap", {"rounds": 7}),
+    # FedEM: every client trains all 3 components and is scored by its mixture.
+    "fedem": ("fedem-dirichlet", {"rounds": 1}),
 }
 RUNTIMES = ("local", "ray")
 

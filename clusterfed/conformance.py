@@ -202,15 +202,21 @@ def accepted_updates_move_the_models(name: str) -> None:
         if k not in before or not np.array_equal(model, before[k])
     ]
     assert moved, f"{name}: two rounds of accepted updates changed no model"
-    # ... and by the updates: with every delta zero, no model moves at all.
+    # ... and by the updates: with every delta zero (a mixture update's every
+    # model's too), no model moves at all.
     strategy, state, clients, rng = inputs.joined(name)
     if strategy.wants:
         state = strategy.on_describe(
             state, 0, inputs.descriptions(strategy, clients), rng
         )
     plans = strategy.plan_round(state, 0, clients, rng)
+    zero = np.zeros(inputs.DIM, np.float32)
     still = [
-        replace(u, delta=np.zeros(inputs.DIM, np.float32))
+        replace(
+            u,
+            delta=zero,
+            deltas=None if u.deltas is None else dict.fromkeys(u.deltas, zero),
+        )
         for u in inputs.updates(plans)
     ]
     new = strategy.aggregate(state, 0, still, rng)

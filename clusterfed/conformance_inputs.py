@@ -19,11 +19,12 @@ from clusterfed.algorithms import (
     ServerState,
     Strategy,
     TaskPlan,
+    is_mixture,
     make,
     reports_importance,
     reports_losses,
 )
-from clusterfed.types import ClientId
+from clusterfed.types import ClientId, ModelKey
 
 DIM = 12
 N_CLASSES = 10
@@ -67,6 +68,7 @@ def updates(plans: Sequence[TaskPlan], ok: bool = True) -> list[ClientUpdate]:
                     1.0,
                     importance=importance(plan),
                     losses=losses(plan),
+                    deltas=mixture_deltas(plan, cluster, delta),
                 )
             )
         else:
@@ -90,6 +92,16 @@ def losses(plan: TaskPlan) -> tuple[float, ...] | None:
     if not reports_losses(plan.identity):
         return None
     return (1.0,) * len(plan.models)
+
+
+def mixture_deltas(
+    plan: TaskPlan, trained: ModelKey, delta: np.ndarray
+) -> dict[ModelKey, np.ndarray] | None:
+    """For a mixture task (FedEM's), as the server builds them: `delta` for
+    the model the update names, zero for every other model sent; else None."""
+    if not is_mixture(plan.identity):
+        return None
+    return {k: delta if k == trained else np.zeros_like(delta) for k in plan.models}
 
 
 def histograms(clients: Sequence[ClientInfo]) -> dict[ClientId, np.ndarray]:

@@ -7,6 +7,7 @@ under which protocol version. No message type carries raw samples.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
 import numpy as np
@@ -52,6 +53,23 @@ Id = Annotated[int, Field(strict=True, ge=0, le=MAX_COUNT)]  # what a client rep
 Count = Annotated[int, Field(strict=True, ge=0, le=MAX_COUNT)]
 Loss = Annotated[float, Field(strict=True, ge=0, le=MAX_LOSS)]
 Share = Annotated[float, Field(strict=True, ge=0, le=1)]
+MIXTURE_TOLERANCE = 1e-6
+"""How far from 1 a mixture's weights may sum (float rounding)."""
+
+
+def _sums_to_one(weights: tuple[float, ...]) -> tuple[float, ...]:
+    total = math.fsum(weights)
+    if not abs(total - 1) <= MIXTURE_TOLERANCE:
+        raise ValueError(f"mixture weights sum to {total:.9g}, not 1")
+    return weights
+
+
+# A mixture's weights (FedEM's π): one share per model, summing to 1.
+MixtureWeights = Annotated[
+    tuple[Share, ...],
+    Field(min_length=1, max_length=MAX_MODELS, fail_fast=True),
+    AfterValidator(_sums_to_one),
+]
 
 
 def _plain_int(value: object) -> object:
@@ -144,7 +162,8 @@ class Welcome(_Frozen):
 
 
 class TrainTask(_Frozen):
-    """Train from one of `models`: the only one, or the one `identity` picks."""
+    """Train from one of `models`: the only one, or the one `identity` picks
+    (or, for a mixture rule, every one: FedEM's)."""
 
     kind: Literal["train_task"] = "train_task"
     models: tuple[ClusterModel, ...] = Field(
@@ -152,6 +171,21 @@ class TrainTask(_Frozen):
     )
     config: TrainConfig
     identity: IdentityRule | None = None
+    mixture: MixtureWeights | None = Field(
+        None,
+        # Absent from the wire while None: every other task keeps its bytes.
+        exclude_if=lambda value: value is None,
+        description="a mixture rule's (FedEM's) weight of each model, in the"
+        " task's order: the client's mixture weights before this task",
+    )
+
+    @model_validator(mode="after")
+    def _one_weight_per_model(self) -> TrainTask:
+        if self.mixture is not None and len(self.mixture) != len(self.models):
+            raise ValueError(
+                f"{len(self.mixture)} mixture weights for {len(self.models)} models"
+            )
+        return self
 
 
 class UpdateReply(_Frozen):
@@ -187,8 +221,19 @@ class UpdateReply(_Frozen):
         # Absent from the wire while None, so that every other algorithm's
         # replies keep their bytes (and the runs their byte counts).
         exclude_if=lambda value: value is None,
-        description="an importance rule's weights (FedSoft's): one per model"
-        " of the task, in its order, summing to 1; not sent for any other task",
+        description="an importance rule's weights (FedSoft's), or a mixture"
+        " rule's new mixture weights (FedEM's): one per model of the task, in"
+        " its order, summing to 1; not sent for any other task",
+    )
+    components: tuple[FlatVector, ...] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_MODELS,
+        fail_fast=True,
+        exclude_if=lambda value: value is None,
+        description="a mixture rule's (FedEM's) deltas of the task's other"
+        " models, every one but `cluster`, in the task's order; `delta` is"
+        " `cluster`'s. Not sent for any other task",
     )
     losses: tuple[Loss, ...] | None = Field(
         None,
@@ -209,6 +254,32 @@ class EvaluateTask(_Frozen):
 
     kind: Literal["evaluate_task"] = "evaluate_task"
     model: ClusterModel
+    others: tuple[ClusterModel, ...] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_MODELS,
+        fail_fast=True,
+        exclude_if=lambda value: value is None,
+        description="a mixture's (FedEM's) other models: the client evaluates"
+        " the mixture of `model` and these, weighted by `mixture`",
+    )
+    mixture: MixtureWeights | None = Field(
+        None,
+        exclude_if=lambda value: value is None,
+        description="with `others`: the weight of `model`, then of each of"
+        " `others`; the prediction is the weighted mean of their softmaxes",
+    )
+
+    @model_validator(mode="after")
+    def _a_whole_mixture(self) -> EvaluateTask:
+        if (self.others is None) != (self.mixture is None):
+            raise ValueError("an evaluate task names both others and mixture, or none")
+        others, mixture = self.others or (), self.mixture or ()
+        if others and len(mixture) != 1 + len(others):
+            raise ValueError(
+                f"{len(mixture)} mixture weights for {1 + len(others)} models"
+            )
+        return self
 
 
 class EvaluateReply(_Frozen):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from clusterfed.protocol import TrainConfig
 
 from .events import Drift
-from .partitions import ClassTablePartition, IIDPartition
+from .partitions import ClassTablePartition, DirichletPartition, IIDPartition
 from .spec import DatasetSpec, ModelSpec, Scenario
 from .transforms import PermutationTransform, RotationTransform
 
@@ -213,7 +213,13 @@ def pacfl_labels() -> Scenario:
         partition=ClassTablePartition(table=PACFL_TABLE),
         model=ModelSpec(name="mlp", hidden=[512, 128]),
         algorithm="pacfl",
-        algorithm_params={"pacfl": {"fraction": 0.2}},
+        # The baselines PACFL's tables compare with, at the same sampling
+        # (IFCA told the planted number of groups).
+        algorithm_params={
+            "pacfl": {"fraction": 0.2},
+            "fedavg": {"fraction": 0.2},
+            "ifca": {"clusters": 5, "fraction": 0.2},
+        },
         train=TrainConfig(lr=0.01, momentum=0.5, batch_size=10, epochs=10),
         clients=20,
         rounds=50,
@@ -240,9 +246,68 @@ def pacfl_labels_fmnist() -> Scenario:
             " measure."
         ),
         dataset=FASHION,
-        algorithm_params={"pacfl": {"fraction": 0.1, "threshold": 2.5}},
+        algorithm_params={
+            "pacfl": {"fraction": 0.1, "threshold": 2.5},
+            "fedavg": {"fraction": 0.1},
+            "ifca": {"clusters": 5, "fraction": 0.1},
+        },
         clients=100,
         rounds=200,
+    )
+    return Scenario.model_validate(data)
+
+
+def fedem_dirichlet() -> Scenario:
+    """FedEM's label-mixture experiment: M = 3 components, Dirichlet(0.4) clients."""
+    return Scenario(
+        name="fedem-dirichlet",
+        description=(
+            "Marfoq et al. (FedEM), the CIFAR-10 / EMNIST experiment's split"
+            " and the authors' code's settings where the digits allow: M = 3"
+            " components, every client trains every round, 1 local epoch, SGD"
+            " without momentum at lr 0.03 with weight decay 5e-4; each client"
+            " is evaluated with its own mixture of the 3 components. Departures:"
+            " Dirichlet(0.4) over the 10 classes where the paper's script groups"
+            " the classes into 3 random groups and deals each group over the"
+            " clients by Dirichlet(0.4) (so no planted groups here: the ground"
+            " truth is one group); 20 clients of the digits (about 70 images"
+            " each, batch 16)"
+            " for the paper's 80-100; the MLP 512-128 for its CNNs; 30 rounds."
+        ),
+        partition=DirichletPartition(alpha=0.4),
+        model=ModelSpec(name="mlp", hidden=[512, 128]),
+        algorithm="fedem",
+        algorithm_params={"fedem": {"components": 3}},
+        train=TrainConfig(
+            lr=0.03, momentum=0.0, weight_decay=5e-4, batch_size=16, epochs=1
+        ),
+        clients=20,
+        rounds=30,
+    )
+
+
+def fedem_dirichlet_fmnist() -> Scenario:
+    """FedEM's label-mixture experiment on Fashion-MNIST: 80 clients, M = 3."""
+    data = fedem_dirichlet().model_dump()
+    data.update(
+        name="fedem-dirichlet-fmnist",
+        description=(
+            "Marfoq et al. (FedEM), the CIFAR-10 experiment's split and settings"
+            " on a 28x28 dataset: 80 clients, M = 3 components, every client"
+            " each round, 1 local epoch, batch 128, SGD without momentum at lr"
+            " 0.03 with weight decay 5e-4 (the code's), each client evaluated"
+            " with its mixture. Fashion-MNIST stands in for CIFAR-10 (not"
+            " installable here). Departures: Dirichlet(0.4) over the 10 classes"
+            " where the paper's script groups the classes into 3 random groups"
+            " and deals each group by Dirichlet(0.4); the MLP 512-128 for the"
+            " paper's MobileNet; 50 rounds for its 200 (the paper-scale budget)."
+        ),
+        dataset=FASHION,
+        train=TrainConfig(
+            lr=0.03, momentum=0.0, weight_decay=5e-4, batch_size=128, epochs=1
+        ),
+        clients=80,
+        rounds=50,
     )
     return Scenario.model_validate(data)
 

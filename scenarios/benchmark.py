@@ -7,6 +7,8 @@ SGD (lr 0.05, momentum 0.9, batch 32), the MLP 512-128, every client in
 every round. Algorithms that are told how many clusters to find are told
 the planted number (4; 2 in the drift setting, where there are two
 concepts after the drift; 4 without planted groups, an arbitrary choice).
+FedEM keeps its code's M = 3 on every setting: its components are the
+parts of a mixture every client holds, not clusters to find.
 """
 
 from __future__ import annotations

@@ -264,7 +264,7 @@ class Scenario(_Spec):
 
     @model_validator(mode="after")
     def _capabilities_fit(self) -> Scenario:
-        # What the strategy declares (`Strategy.async_only`,
+        # What the strategy declares (`Strategy.async_only`, `supports_dp`,
         # `honours_aggregator`) decides; a run that would quietly ignore a
         # setting config.json records is refused instead.
         cls = resolve(self.algorithm)
@@ -272,6 +272,10 @@ class Scenario(_Spec):
             raise ValueError(
                 f"mode: {self.algorithm!r} has no synchronous mode;"
                 ' use mode = "async" (--set mode=async)'
+            )
+        if self.dp is not None and not cls.supports_dp:
+            raise ValueError(
+                f"dp: {self.algorithm!r} has no local-DP training; use dp = off"
             )
         rule = self.aggregator.kind
         if rule == "mean":

@@ -9,12 +9,37 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from clusterfed.actors import Client, InlineRuntime, ParameterServer, Runtime
+import numpy as np
+import torch
+
+from clusterfed.actors import (
+    Client,
+    InlineRuntime,
+    LocalTrainer,
+    ParameterServer,
+    Runtime,
+)
 from clusterfed.driving import drive
 from clusterfed.federation import Federation, build_server
+from clusterfed.models import build_model, get_flat
 from clusterfed.protocol import TrainConfig, Welcome, decode
 from clusterfed.scenarios import DirichletPartition, ModelSpec, RunPlan, Scenario
 from clusterfed.types import ClientId
+
+
+def tiny_trainer() -> LocalTrainer:
+    """A client of 20 training and 4 held-out 4x4 images, 2 classes, and
+    an MLP with one hidden layer of 5: for checks of one training step."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(24, 1, 4, 4, generator=gen)
+    y = (x.flatten(1).sum(1) > 8).long()
+    model = build_model("mlp", (1, 4, 4), 2, hidden=[5])
+    return LocalTrainer(model, x[:20], y[:20], x[20:], y[20:], seed=0)
+
+
+def tiny_model(seed: int) -> np.ndarray:
+    """Flat weights of `tiny_trainer`'s architecture, initialised from `seed`."""
+    return get_flat(build_model("mlp", (1, 4, 4), 2, hidden=[5], seed=seed))
 
 
 def small_scenario(**changes: Any) -> Scenario:

@@ -10,13 +10,14 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from pydantic import ValidationError
 from torch import nn
 
 import clusterfed
 from clusterfed.actors import Client, InlineRuntime, LocalTrainer, build_trainer
 from clusterfed.actors.privacy import PrivacyBudgetError, PrivateTraining
 from clusterfed.algorithms import algorithms
-from clusterfed.errors import ScenarioError
+from clusterfed.errors import ClusterfedError, ScenarioError
 from clusterfed.federation import Federation
 from clusterfed.models import build_model, get_flat, n_parameters
 from clusterfed.models.registry import MODELS
@@ -466,9 +467,11 @@ def test_a_private_run_is_reproducible_with_its_seed(tmp_path: Path) -> None:
     assert runs[0][-1]["epsilon_max"] > 0
 
 
-# Rounds are synchronous: fedasync and fedbuff have no such mode.
+# Rounds are synchronous: fedasync and fedbuff have no such mode; FedEM
+# declares no DP path (test_a_strategy_without_dp_is_refused_with_dp).
 @pytest.mark.parametrize(
-    "algorithm", sorted(n for n, c in algorithms().items() if not c.async_only)
+    "algorithm",
+    sorted(n for n, c in algorithms().items() if not c.async_only and c.supports_dp),
 )
 def test_dp_works_with_every_algorithm(tmp_path: Path, algorithm: str) -> None:
     result = clusterfed.run(
@@ -478,6 +481,18 @@ def test_dp_works_with_every_algorithm(tmp_path: Path, algorithm: str) -> None:
     assert result.summary["rejected_messages"] == 0
     # a client that trained in both rounds spent its whole budget, no less
     assert 10 - TOLERANCE <= result.summary["epsilon_max"] <= 10
+
+
+def test_a_strategy_without_dp_is_refused_with_dp() -> None:
+    assert [n for n, c in algorithms().items() if not c.supports_dp] == ["fedem"]
+    with pytest.raises(ValidationError, match="'fedem' has no local-DP training"):
+        small_scenario(algorithm="fedem", dp=DP)
+    # A private client refuses a weighted (FedEM) task itself, and spends nothing.
+    privacy = _clip_only(1.0)
+    trainer = _tiny_trainer(8, privacy)
+    with pytest.raises(ClusterfedError, match="has no DP path"):
+        trainer.train(_weights(), TrainConfig(), 0, sample_weights=np.ones(8))
+    assert privacy.engine.accountant.history == []
 
 
 def test_a_spent_budget_is_recorded_as_a_failed_update(tmp_path: Path) -> None:

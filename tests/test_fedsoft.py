@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from torch.nn import functional as F
 
 import clusterfed
-from clusterfed.actors import LocalTrainer, work
+from clusterfed.actors import work
 from clusterfed.actors.validation import check_update
 from clusterfed.algorithms import (
     Candidate,
@@ -35,7 +35,7 @@ from clusterfed.algorithms.fedsoft import (
     soft_centers,
 )
 from clusterfed.conformance import CHECKS
-from clusterfed.models import build_model, get_flat
+from clusterfed.models import build_model
 from clusterfed.protocol import (
     Envelope,
     IdentityRule,
@@ -47,6 +47,7 @@ from clusterfed.protocol import (
 from clusterfed.scenarios import BUILTIN
 from clusterfed.scenarios.transforms import RotationTransform
 from clusterfed.types import ClientId, ClusterId
+from helpers import tiny_model, tiny_trainer
 
 DIM = 6
 
@@ -357,25 +358,13 @@ def test_fedsoft_conforms(check) -> None:  # type: ignore[no-untyped-def]
 # -- the proximal gradient and the client's work ------------------------------
 
 
-def _trainer() -> LocalTrainer:
-    gen = torch.Generator().manual_seed(0)
-    x = torch.rand(24, 1, 4, 4, generator=gen)
-    y = (x.flatten(1).sum(1) > 8).long()
-    model = build_model("mlp", (1, 4, 4), 2, hidden=[5])
-    return LocalTrainer(model, x[:20], y[:20], x[20:], y[20:], seed=0)
-
-
-def _flat_model(seed: int) -> np.ndarray:
-    return get_flat(build_model("mlp", (1, 4, 4), 2, hidden=[5], seed=seed))
-
-
 @pytest.mark.parametrize("mu", [0.0, 0.3])
 def test_the_proximal_step_is_autograds_gradient_of_the_written_loss(
     mu: float,
 ) -> None:
-    trainer = _trainer()
-    start = _flat_model(1)
-    anchors = [(_flat_model(2), 0.4), (_flat_model(3), 0.1), (start * 2, 0.05)]
+    trainer = tiny_trainer()
+    start = tiny_model(1)
+    anchors = [(tiny_model(2), 0.4), (tiny_model(3), 0.1), (start * 2, 0.05)]
     config = TrainConfig(lr=0.1, momentum=0.0, batch_size=20, epochs=1, mu=mu)
     result = trainer.train(start, config, 0, anchors)
     # The loss as written: CE + μ/2‖w − w₀‖² + Σ c/2‖w − a‖², one full batch,
@@ -398,32 +387,32 @@ def test_the_proximal_step_is_autograds_gradient_of_the_written_loss(
 
 
 def test_a_zero_coefficient_is_plain_sgd_bit_for_bit() -> None:
-    start, config = _flat_model(1), TrainConfig(lr=0.1, epochs=2)
-    plain = _trainer().train(start, config, 3).delta
-    zero = _trainer().train(start, config, 3, [(_flat_model(2), 0.0)]).delta
+    start, config = tiny_model(1), TrainConfig(lr=0.1, epochs=2)
+    plain = tiny_trainer().train(start, config, 3).delta
+    zero = tiny_trainer().train(start, config, 3, [(tiny_model(2), 0.0)]).delta
     assert_array_equal(plain, zero)
 
 
 def test_a_bad_anchor_is_refused() -> None:
-    trainer = _trainer()
+    trainer = tiny_trainer()
     with pytest.raises(ValueError, match="coefficient"):
-        trainer.train(_flat_model(1), TrainConfig(), 0, [(_flat_model(2), -1.0)])
+        trainer.train(tiny_model(1), TrainConfig(), 0, [(tiny_model(2), -1.0)])
     wrong = [(np.zeros(3, np.float32), 1.0)]
     with pytest.raises(ValueError, match="anchor of shape"):
-        trainer.train(_flat_model(1), TrainConfig(), 0, wrong)
+        trainer.train(tiny_model(1), TrainConfig(), 0, wrong)
 
 
 def test_the_trainers_sample_losses_are_its_per_sample_cross_entropy() -> None:
-    trainer = _trainer()
-    weights = _flat_model(7)
+    trainer = tiny_trainer()
+    weights = tiny_model(7)
     losses = trainer.sample_losses(weights)
     assert losses.shape == (20,)
     assert abs(losses.mean() - trainer.loss(weights)) < 1e-6
 
 
 def test_the_client_reports_the_brute_force_weights_and_trains_the_heaviest() -> None:
-    trainer = _trainer()
-    centers = [_flat_model(s) for s in (4, 5, 6)]
+    trainer = tiny_trainer()
+    centers = [tiny_model(s) for s in (4, 5, 6)]
     candidates = [Candidate(ClusterId(s), c) for s, c in enumerate(centers)]
     rule = IdentityRule(name="fedsoft", params={"smoother": 0.01, "lam": 0.5})
     config = TrainConfig(lr=0.1, momentum=0.0, batch_size=20, epochs=1)
@@ -435,7 +424,7 @@ def test_the_client_reports_the_brute_force_weights_and_trains_the_heaviest() ->
     assert cluster == int(np.argmax(want))
     # It trained from that center, pulled toward all three by 0.5·u_s.
     anchors = [(c, 0.5 * u) for c, u in zip(centers, want, strict=True)]
-    again = _trainer().train(centers[int(cluster)], config, 0, anchors)
+    again = tiny_trainer().train(centers[int(cluster)], config, 0, anchors)
     assert_array_equal(result.delta, again.delta)
     # Probing read the training set once per center.
     assert result.samples_seen == 20 + 3 * 20
