@@ -279,6 +279,7 @@ class Client:
                     samples_seen=result.samples_seen,
                     epsilon=result.epsilon,
                     importance=result.importance,
+                    losses=result.losses,
                     components=result.components,
                 )
             case EvaluateTask(model=model, others=others, mixture=mixture):

@@ -15,8 +15,10 @@ import numpy as np
 from clusterfed.algorithms import (
     Candidate,
     ImportancePolicy,
+    LossReportingPolicy,
     MixturePolicy,
     heaviest,
+    lowest,
     make_policy,
 )
 from clusterfed.algorithms.policy import mixture_weights
@@ -45,8 +47,10 @@ def train(
     An importance policy (FedSoft's) weighs every candidate, even a single
     one: the client trains from the one it weighs most, pulled toward each by
     the policy's proximal coefficients, and the weights go back with the
-    result. A mixture policy (FedEM's) trains every candidate from the
-    task's `mixture` weights (`train_mixture`).
+    result. A loss-reporting policy (FedDrift's) scores every candidate, even
+    a single one, trains the lowest, and the scores go back with the result.
+    A mixture policy (FedEM's) trains every candidate from the task's
+    `mixture` weights (`train_mixture`).
 
     Raises:
         ClusterfedError: a mixture policy without the task's weights, or
@@ -63,12 +67,18 @@ def train(
     if mixture is not None:
         raise ClusterfedError("mixture weights for a task whose rule is no mixture")
     importance: tuple[float, ...] | None = None
+    losses: tuple[float, ...] | None = None
     anchors: list[Anchor] = []
     if isinstance(policy, ImportancePolicy):
         importance = policy.importance(probe, candidates)
         chosen = candidates[heaviest(importance)]
         pulls = policy.proximal(importance)
         anchors = [(c.weights, k) for c, k in zip(candidates, pulls, strict=True)]
+    elif isinstance(policy, LossReportingPolicy):
+        losses = policy.losses(probe, candidates)
+        for loss in losses:
+            check_loss(loss, "a candidate's probe")
+        chosen = candidates[lowest(losses)]
     elif policy is not None and len(candidates) > 1:
         cluster = policy.choose(probe, candidates, round)
         chosen = next(c for c in candidates if c.cluster == cluster)
@@ -79,6 +89,7 @@ def train(
         result,
         samples_seen=result.samples_seen + probe.samples,
         importance=importance,
+        losses=losses,
     )
 
 
