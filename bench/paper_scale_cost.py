@@ -58,6 +58,10 @@ RUNS: list[tuple[str, str, tuple[str, ...], int]] = [
     ("fedem-dirichlet-fmnist", "fedem", (), 1),
     ("fedem-dirichlet-fmnist", "fedavg", (), 1),
     ("fedem-dirichlet-fmnist", "fedprox", (), 1),
+    ("feddrift-swap-fmnist", "feddrift", (), 1),
+    ("feddrift-swap-fmnist", "feddrift-eager", (), 1),
+    ("feddrift-swap-fmnist", "fedavg", (), 1),
+    ("feddrift-swap-fmnist", "ifca", (), 1),
 ]
 
 
