@@ -34,10 +34,11 @@ from clusterfed.algorithms import (
 )
 from clusterfed.algorithms.base import streams
 from clusterfed.algorithms.diagnostics import Diagnostics, as_diagnostics
-from clusterfed.errors import ConfigError
+from clusterfed.errors import ClusterfedError, ConfigError
 from clusterfed.protocol import MAX_MESSAGE_BYTES, Shutdown, TrainConfig
 
 from . import phases
+from .client_dp import ClientLevelDP
 from .clock import DeadlinePolicy, SimClock, WaitAll, arrives_late
 from .courier import Courier
 from .folding import RoundFold
@@ -83,6 +84,9 @@ class ParameterServer(Membership):
             accepted histogram's length.
         n_features: the model's input size (from the scenario): a data
             subspace of another row count is refused. None: not checked.
+        client_dp: client-level DP (DP-FedAvg): every round's updates are
+            clipped (by the clients, checked here), summed with equal weights
+            per cluster and noised before the aggregation. None: off.
     """
 
     def __init__(
@@ -103,6 +107,7 @@ class ParameterServer(Membership):
         max_in_flight: int | None = None,
         n_classes: int | None = None,
         n_features: int | None = None,
+        client_dp: ClientLevelDP | None = None,
     ) -> None:
         models = [np.asarray(m, dtype=np.float32) for m in initial_models]
         self.strategy = strategy
@@ -130,6 +135,7 @@ class ParameterServer(Membership):
         self.round = 0
         self.n_classes = n_classes
         self.n_features = n_features
+        self.client_dp = client_dp
 
     # -- the round ------------------------------------------------------------
 
@@ -172,13 +178,16 @@ class ParameterServer(Membership):
             if active
             else []
         )
-        books.fold = self._fold(plans)
+        config, norms = self.train_config, list[float]()
+        if self.client_dp is not None:
+            config, books.limits = self.client_dp.settings(config, books.limits)
+        books.fold = self._fold(plans, norms)
         updates, training = await phases.train(
             self.courier,
             self.clock,
             books,
             plans,
-            self.train_config,
+            config,
             self.deadline,
             start=self.clock.now + waiting + describing,
         )
@@ -192,6 +201,15 @@ class ParameterServer(Membership):
             updates, probing = await phases.probe(
                 self.courier, self.clock, books, probes, updates
             )
+        if self.client_dp is not None:
+            # Only a complete fold carries every clipped update, so only one
+            # may be noised and committed; the scenario's checks make sure.
+            if books.fold is None or not books.fold.done:
+                raise ClusterfedError(
+                    f"round {round}: client-level DP needs every update folded"
+                )
+            self.client_dp.noise(books.fold.sums, round)
+            self.client_dp.close_round(norms, len(plans), round)
         if books.fold is not None and books.fold.done:
             aggregated = self.strategy.aggregate_sums(
                 self.state, round, updates, books.fold.sums, self.rng
@@ -203,19 +221,25 @@ class ParameterServer(Membership):
             books, members, waiting + describing + training + probing
         )
 
-    def _fold(self, plans: Sequence[TaskPlan]) -> RoundFold | None:
+    def _fold(self, plans: Sequence[TaskPlan], norms: list[float]) -> RoundFold | None:
         """The round's running sums when it streams: the strategy folds,
         the deadline decides lateness reply by reply (not `Fraction`, which
         ranks every reply) and no client is planned twice. None: every
-        delta is kept until `aggregate`."""
+        delta is kept until `aggregate`. Under client-level DP each member's
+        update weighs 1 (DP-FedAvg's equal weights bound one client's share
+        of the sum by the clipping norm) and its norm goes to `norms`."""
         clients = [p.client for p in plans]
-        if (
+        if not (
             streams(self.strategy)
             and arrives_late(self.deadline, 0.0) is not None
             and len(set(clients)) == len(clients)
         ):
-            return RoundFold(clients, partial(self.strategy.fold_weight, self.state))
-        return None
+            return None
+        weight: Callable[[ClientUpdate], float]
+        weight = partial(self.strategy.fold_weight, self.state)
+        if self.client_dp is not None:
+            weight = self.client_dp.equal_weights(weight, norms)
+        return RoundFold(clients, weight)
 
     def commit(self, state: ServerState, refusal: str) -> bool:
         """Keep `state`, the strategy's new state, unless a model in it is
@@ -279,9 +303,13 @@ class ParameterServer(Membership):
             {c.id: self.strategy.model_for(self.state, c.id) for c in members},
             phases.mixtures(self.strategy, self.state, members),
         )
+        # Client-level DP: one ε covers every client, the server's books'.
+        central = None if self.client_dp is None else self.client_dp.spent()
         for outcome in books.outcomes.values():
             outcome.cluster = self.state.assignment.get(outcome.id)
-            outcome.epsilon = self.roster.epsilon.get(outcome.id)
+            outcome.epsilon = (
+                self.roster.epsilon.get(outcome.id) if central is None else central
+            )
             outcome.faulty = outcome.id in self.roster.faulty
         rejections, self._rejections = self._rejections, []
         return RoundOutcome(
@@ -290,7 +318,7 @@ class ParameterServer(Membership):
             clients=list(books.outcomes.values()),
             n_clusters=self.state.n_clusters,
             rejections=rejections,
-            epsilon_max=self.roster.epsilon_max(),
+            epsilon_max=self.roster.epsilon_max() if central is None else central,
             diagnostics=as_diagnostics(
                 self.strategy.diagnostics(self.state), type(self.strategy).__name__
             ),
@@ -330,7 +358,7 @@ class ParameterServer(Membership):
         """Everything a resumed run needs of this server, between two rounds:
         the strategy's state and random stream, the roster, the next
         message id. Picklable; shares nothing mutable with the server."""
-        return {
+        snapshot: ServerSnapshot = {
             "round": self.round,
             "state": self.state,
             "rng": self.rng,
@@ -338,7 +366,9 @@ class ParameterServer(Membership):
             "next_id": self.courier.next_id,
             "n_classes": self.n_classes,
             "rejections": list(self._rejections),
+            "client_dp": None if self.client_dp is None else self.client_dp.snapshot(),
         }
+        return snapshot
 
     def restore(self, snapshot: Mapping[str, Any]) -> None:
         """Take back what `snapshot` returned (after the clients rejoined).
@@ -361,6 +391,14 @@ class ParameterServer(Membership):
         self.n_classes = snapshot["n_classes"]
         self.books.begin_round(self.round)
         self._rejections = list(snapshot["rejections"])
+        books = snapshot["client_dp"]
+        if (self.client_dp is None) != (books is None):
+            raise ConfigError(
+                "checkpoint refused: client-level DP is on in one of the run"
+                " and the checkpoint only"
+            )
+        if self.client_dp is not None:
+            self.client_dp.restore(books)
 
     async def shutdown(self) -> None:
         """Tell every client the run is over; a client that cannot hear is skipped."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
@@ -46,6 +46,9 @@ from clusterfed.protocol import (
 from clusterfed.types import ClientId, ClusterId, ModelKey, model_key
 
 from .roster import Roster
+
+if TYPE_CHECKING:  # client_dp imports the round, which imports this module
+    from .client_dp import ClientDPSnapshot
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 IMPORTANCE_TOLERANCE = 1e-6
@@ -361,7 +364,8 @@ def check_models(models: Mapping[ClusterId, np.ndarray]) -> str | None:
 
 
 class ServerSnapshot(TypedDict):
-    """What a resumed run needs of the parameter server (its `snapshot`)."""
+    """What a resumed run needs of the parameter server (its `snapshot`);
+    `client_dp` is None without client-level DP."""
 
     round: int
     state: ServerState
@@ -370,6 +374,7 @@ class ServerSnapshot(TypedDict):
     next_id: int
     n_classes: int | None
     rejections: list[str]
+    client_dp: ClientDPSnapshot | None
 
 
 SNAPSHOT_KEYS = ServerSnapshot.__required_keys__
@@ -427,4 +432,18 @@ def check_snapshot(
     n_classes = snapshot["n_classes"]
     if n_classes is not None and (not isinstance(n_classes, int) or n_classes < 1):
         return f"n_classes is {n_classes!r}"
+    return _client_dp_problem(snapshot["client_dp"])
+
+
+def _client_dp_problem(books: object) -> str | None:
+    """Why client-level DP's books (None without it) are damaged, or None."""
+    if books is None:
+        return None
+    if not isinstance(books, dict) or set(books) != {"clip_norm", "rounds_done"}:
+        return f"client-level DP's books are {books!r}"
+    bound, rounds = books["clip_norm"], books["rounds_done"]
+    if not isinstance(bound, float) or not (0 < bound < math.inf):
+        return f"client-level DP's clipping bound is {bound!r}"
+    if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 0:
+        return f"client-level DP's rounds are {rounds!r}, expected a count"
     return None

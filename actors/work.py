@@ -26,6 +26,7 @@ from clusterfed.errors import ClusterfedError
 from clusterfed.protocol import MAX_LOSS, IdentityRule, TrainConfig
 from clusterfed.types import ModelKey
 
+from .client_dp import clip
 from .trainer import Anchor, LocalTrainer, TrainResult
 
 
@@ -84,6 +85,8 @@ def train(
         chosen = next(c for c in candidates if c.cluster == cluster)
     result = trainer.train(chosen.weights, config, round, anchors)
     _check_result(result, config)
+    if config.clip_norm is not None:  # client-level DP (actors/client_dp.py)
+        result = replace(result, delta=clip(result.delta, config.clip_norm))
     # Probing costs simulated compute too: count its samples like training's.
     return chosen.cluster, replace(
         result,

@@ -103,6 +103,15 @@ class ClusterSums:
         """The clusters some update was added to, in id order."""
         return sorted(self._sums)
 
+    def size(self, cluster: ClusterId) -> int:
+        """The length of `cluster`'s sum."""
+        return int(self._sums[cluster].shape[0])
+
+    def add_noise(self, cluster: ClusterId, noise: np.ndarray) -> None:
+        """Add `noise` to `cluster`'s sum, not to its weight (client-level
+        DP's Gaussian noise on the sum of clipped updates)."""
+        self._sums[cluster] += noise
+
     def mean(self, cluster: ClusterId) -> np.ndarray:
         """Σ wᵢ δᵢ / Σ wᵢ of `cluster` (float64)."""
         return self._sums[cluster] / self._weights[cluster]

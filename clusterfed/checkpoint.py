@@ -72,7 +72,8 @@ from clusterfed.types import ClientId
 CHECKPOINT = "checkpoint.pkl"
 # Bumped when the layout changes; a checkpoint of another format is refused.
 # 4: typed snapshots, the run's parts side by side in `federation`.
-FORMAT = 4
+# 5: the server's snapshot holds client-level DP's books (`client_dp`).
+FORMAT = 5
 MAGIC = b"clusterfed-checkpoint"
 # Inputs live in [0, 1] and runs train with small learning rates: trained
 # weights stay within a few units. A weight past a million is damage (or a

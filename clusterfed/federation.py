@@ -23,6 +23,7 @@ from typing import Any
 from clusterfed.actors import ClientSpec, ParameterServer, SimClock
 from clusterfed.actors.asynchronous import AsyncDriver
 from clusterfed.actors.availability import schedule
+from clusterfed.actors.client_dp import ClientLevelDP
 from clusterfed.actors.clock import WaitAll
 from clusterfed.actors.faults import FaultyClientSpec
 from clusterfed.actors.runtimes import Runtime
@@ -65,6 +66,7 @@ def build_server(
         max_weight_ratio=s.max_weight_ratio,
         n_classes=plan.dataset.n_classes,
         n_features=math.prod(plan.dataset.input_shape),
+        client_dp=None if plan.client_dp is None else ClientLevelDP(plan.client_dp),
     )
 
 
@@ -203,6 +205,8 @@ class Federation:
         extra = self._strategy_summary()
         spent = {int(cid): eps for cid, eps in self.server.roster.epsilon.items()}
         privacy = privacy_summary(self.privacy, spent)
+        if self.server.client_dp is not None:
+            privacy = self.server.client_dp.summary()
         if privacy is not None:
             extra["privacy"] = privacy
         rows = self.recorder.rows

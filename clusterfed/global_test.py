@@ -44,7 +44,8 @@ class GlobalTest:
             **scenario.model.params,
         )
         # The clients' weight layout: DP fixes some modules (same layout).
-        self.net = private_model(net) if scenario.dp is not None else net
+        private = scenario.dp is not None and scenario.dp.mechanism == "sample"
+        self.net = private_model(net) if private else net
 
     def accuracy(self, models: Mapping[ClusterId, np.ndarray]) -> float | None:
         """Accuracy of the one model in `models`; None when there are several

@@ -111,6 +111,14 @@ class TrainConfig(_Frozen):
     batch_size: int = Field(16, gt=0)
     epochs: int = Field(1, gt=0)
     mu: float = Field(0.0, ge=0, description="FedProx proximal coefficient")
+    clip_norm: float | None = Field(
+        None,
+        gt=0,
+        # Absent from the wire while None: every other task keeps its bytes.
+        exclude_if=lambda value: value is None,
+        description="client-level DP: the client clips its update (delta) to"
+        " this L2 norm before sending it",
+    )
 
 
 class ClusterModel(_Frozen):

@@ -23,6 +23,7 @@ import numpy as np
 
 from clusterfed.actors import ClientSpec, DeviceProfile, SimClock
 from clusterfed.actors.availability import Schedule
+from clusterfed.actors.client_dp import ClientDPPlan
 from clusterfed.actors.faults import FaultyClientSpec
 from clusterfed.actors.privacy import (
     plan_noise_multiplier,
@@ -56,6 +57,7 @@ from .partitions import (
     IIDPartition,
     ShardsPartition,
 )
+from .privacy import client_dp_plan
 from .spec import Scenario
 from .transforms import GroupTransforms
 
@@ -96,6 +98,8 @@ class RunPlan:
     # The training settings as the strategy runs them (`Strategy.train_config`
     # applied once, here): what every train task carries and config.json records.
     train_config: TrainConfig
+    # Client-level DP's plan (`dp.mechanism = "client"`); None otherwise.
+    client_dp: ClientDPPlan | None = None
     reserved: dict[int, deque[Reserved]] = field(default_factory=dict)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
@@ -191,7 +195,7 @@ class RunPlan:
             ScenarioError: no noise multiplier meets the budget.
         """
         dp = self.scenario.dp
-        if dp is None:
+        if dp is None or dp.mechanism != "sample":
             return None
         config = self.train_config
         left = max(1, self.scenario.rounds - first_round)
@@ -250,7 +254,7 @@ def plan_run(scenario: Scenario) -> RunPlan:
         raise
     except ClusterfedError as exc:
         raise ScenarioError(f"scenario {scenario.name!r}: {exc}") from exc
-    if scenario.dp is not None:
+    if scenario.dp is not None and scenario.dp.mechanism == "sample":
         # Refused here, before anything runs; the clients apply the same fix.
         try:
             nets = [private_model(net) for net in nets]
@@ -275,6 +279,13 @@ def plan_run(scenario: Scenario) -> RunPlan:
         {},
         transforms,
         strategy.train_config(scenario.train),
+        client_dp=client_dp_plan(
+            scenario.dp,
+            float(getattr(strategy, "fraction", 1.0)),
+            scenario.clients,
+            scenario.rounds,
+            scenario.seed,
+        ),
     )
     for client_id, part in enumerate(initial):
         group = partition.groups[part]

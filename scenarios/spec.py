@@ -14,9 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from clusterfed.actors import DeviceProfile
 from clusterfed.actors.availability import AlwaysOnline, Availability
-from clusterfed.actors.clock import DeadlinePolicy, WaitAll
+from clusterfed.actors.clock import DeadlinePolicy, Fraction, WaitAll
 from clusterfed.actors.faults import FaultPlan
-from clusterfed.algorithms import algorithms, make
+from clusterfed.algorithms import Strategy, algorithms, make
 from clusterfed.algorithms.registry import resolve
 from clusterfed.algorithms.robust import Aggregator, Mean, parse_aggregator
 from clusterfed.errors import ConfigError
@@ -273,7 +273,9 @@ class Scenario(_Spec):
                 f"mode: {self.algorithm!r} has no synchronous mode;"
                 ' use mode = "async" (--set mode=async)'
             )
-        if self.dp is not None and not cls.supports_dp:
+        if self.dp is not None and self.dp.mechanism == "client":
+            self._check_client_dp(cls)
+        elif self.dp is not None and not cls.supports_dp:
             raise ValueError(
                 f"dp: {self.algorithm!r} has no local-DP training; use dp = off"
             )
@@ -294,6 +296,37 @@ class Scenario(_Spec):
                 ' aggregator = "mean"'
             )
         return self
+
+    def _check_client_dp(self, cls: type[Strategy[Any]]) -> None:
+        # Client-level DP adds its noise to each cluster's sum of clipped
+        # updates, so the round must be one: a strategy that folds, every
+        # update in its cluster's sum (no robust rule, no ranking deadline),
+        # a synchronous round.
+        have = ", ".join(
+            n for n, c in algorithms().items() if c.folds and not c.async_only
+        )
+        if not cls.folds or cls.async_only:
+            raise ValueError(
+                f"dp.mechanism: {self.algorithm!r} does not aggregate a round as"
+                f" each cluster's sum of updates, where client-level DP adds its"
+                f' noise ({have} do); use dp.mechanism = "sample"'
+            )
+        if self.mode == "async":
+            raise ValueError(
+                "dp.mechanism: client-level DP noises a synchronous round's sums;"
+                ' use mode = "sync"'
+            )
+        if self.aggregator.kind != "mean":
+            raise ValueError(
+                "dp.mechanism: client-level DP noises the mean of the clipped"
+                f' updates; aggregator = "{self.aggregator.kind}" is not one'
+            )
+        if isinstance(self.deadline, Fraction):
+            raise ValueError(
+                "dp.mechanism: a fraction deadline ranks every reply before any"
+                " is summed; client-level DP needs the sums as replies arrive"
+                ' (deadline policy "wait_all" or "deadline")'
+            )
 
     @model_validator(mode="after")
     def _targets_exist(self) -> Scenario:

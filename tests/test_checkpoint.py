@@ -157,10 +157,19 @@ def _lines(path: Path) -> int:
 
 # FedEM keeps each client's mixture weights in its state: they must survive.
 MIXTURE = EVENTS.replace("seed = 3\n", 'seed = 3\nalgorithm = "fedem"\n', 1)
+# Client-level DP's adaptive bound and books live on the server.
+CLIENT_DP = EVENTS.replace(
+    "[model]",
+    '[dp]\nepsilon = 8.0\nmechanism = "client"\nclipping = "adaptive"\n'
+    "clip_norm = 0.5\ncount_noise = 5.0\n\n[model]",
+    1,
+)
 
 
 @pytest.mark.parametrize(
-    "text", [EVENTS, PRIVATE, MIXTURE], ids=["events", "dp", "fedem"]
+    "text",
+    [EVENTS, PRIVATE, MIXTURE, CLIENT_DP],
+    ids=["events", "dp", "fedem", "client-dp"],
 )
 def test_a_killed_run_resumes_to_the_rounds_of_an_uninterrupted_one(
     tmp_path: Path, text: str
@@ -460,6 +469,7 @@ def fitting_snapshot(**changes: Any) -> dict[str, Any]:
         "next_id": 0,
         "n_classes": 1,
         "rejections": [],
+        "client_dp": None,
     }
     return snapshot | changes
 
@@ -626,6 +636,22 @@ DAMAGED: dict[str, tuple[dict[str, Any], str]] = {
     "no class": ({"n_classes": 0}, "n_classes is 0"),
     "a float class count": ({"n_classes": 2.0}, "n_classes is 2.0"),
     "a text class count": ({"n_classes": "10"}, "n_classes is '10'"),
+    "client DP books of another shape": (
+        {"client_dp": {"clip_norm": 1.0}},
+        "client-level DP's books are {'clip_norm': 1.0}",
+    ),
+    "a negative clipping bound": (
+        {"client_dp": {"clip_norm": -1.0, "rounds_done": 2}},
+        "client-level DP's clipping bound is -1.0",
+    ),
+    "an infinite clipping bound": (
+        {"client_dp": {"clip_norm": math.inf, "rounds_done": 2}},
+        "client-level DP's clipping bound is inf",
+    ),
+    "client DP rounds as text": (
+        {"client_dp": {"clip_norm": 1.0, "rounds_done": "2"}},
+        "client-level DP's rounds are '2', expected a count",
+    ),
 }
 
 

@@ -1,0 +1,235 @@
+"""Client-level differential privacy on the server: DP-FedAvg.
+
+McMahan, Ramage, Talwar, Zhang, "Learning Differentially Private Recurrent
+Language Models", ICLR 2018: each client clips its update to an L2 norm C
+(`TrainConfig.clip_norm`, applied by the client), the server averages the
+clipped updates with equal weights and adds Gaussian noise of standard
+deviation z·C to the sum, so that one client changes the sum by at most C.
+In clusterfed each cluster's sum gets its own noise: a client is in one
+cluster's sum a round, so every client's contribution is noised the same.
+
+Adaptive clipping (Andrew, Thakkar, McMahan, Ramaswamy, "Differentially
+Private Learning with Adaptive Clipping", NeurIPS 2021, Algorithm 1): the
+server counts the updates that were not clipped (b_k = 1 where ‖Δ_k‖ ≤ C),
+adds Gaussian noise σ_b to the count, and moves the bound geometrically
+toward the target quantile γ: C ← C·exp(−η_C (b̄ − γ)), b̄ = noisy count / m
+(m the clients planned this round). The count's noise spends privacy too:
+the updates' noise multiplier is z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2), so that the
+two together are one Gaussian mechanism of multiplier z (the paper's
+Theorem 1). The server reads b_k from the clipped update's norm (a clipped
+update's norm is C, to rounding): a client sends nothing more.
+
+What is private: one ε at δ covers each client's whole participation, from
+Opacus' RDP accountant (its default orders) over the rounds at the
+algorithm's client sampling rate. Opacus ships the accountant and the
+planner; it has no DP-FedAvg, so the clipping, the noise and the bound's
+update are written here (tests/test_client_dp.py holds them to the papers'
+formulas and the noise to its planned standard deviation).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, TypedDict
+
+import numpy as np
+
+from clusterfed.algorithms import ClientUpdate, ClusterSums
+from clusterfed.protocol import TrainConfig
+from clusterfed.seeding import derive_seed
+
+from .privacy import epsilon_of
+from .round import UpdateLimits
+
+NOISE_STREAM = 11
+"""The server's noise stream of client-level DP: (seed, NOISE_STREAM, round)."""
+CLIPPED_TOLERANCE = 1e-5
+"""How far under C (relatively) a clipped update's norm may fall by float32
+rounding and still count as clipped."""
+
+
+@dataclass(frozen=True)
+class ClientDPPlan:
+    """What a run's client-level DP is planned at (`RunPlan.client_dp`).
+
+    Attributes:
+        epsilon, delta: the budget.
+        noise_multiplier: z, the whole mechanism's (the updates' and, with
+            adaptive clipping, the count's together).
+        sample_rate: q, the share of the clients that trains a round.
+        rounds: the rounds the budget covers.
+        clip_norm: C, the bound (its start with adaptive clipping).
+        adaptive: whether C follows the target quantile.
+        target_quantile, clip_lr: γ and η_C of the bound's update.
+        count_noise: σ_b, the count's noise (adaptive clipping).
+        seed: the run's seed, whose stream the noise is drawn from.
+    """
+
+    epsilon: float
+    delta: float
+    noise_multiplier: float
+    sample_rate: float
+    rounds: int
+    clip_norm: float
+    adaptive: bool = False
+    target_quantile: float = 0.5
+    clip_lr: float = 0.2
+    count_noise: float = 1.0
+    seed: int = 0
+
+    @property
+    def update_noise_multiplier(self) -> float:
+        """z_Δ: the updates' own multiplier, z less what the count spends."""
+        if not self.adaptive:
+            return self.noise_multiplier
+        return update_multiplier(self.noise_multiplier, self.count_noise)
+
+
+class ClientDPSnapshot(TypedDict):
+    """What a resumed run needs of client-level DP."""
+
+    clip_norm: float
+    rounds_done: int
+
+
+def update_multiplier(z: float, count_noise: float) -> float:
+    """z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2) (Andrew et al., Theorem 1).
+
+    Raises:
+        ValueError: σ_b too small for z (2σ_b ≤ z): the count alone would
+            spend more than the whole budget allows.
+    """
+    if not 2 * count_noise > z:
+        raise ValueError(
+            f"count noise σ_b = {count_noise:g} is too small for the noise"
+            f" multiplier z = {z:.4g}: adaptive clipping needs 2σ_b > z"
+        )
+    return float((z**-2 - (2 * count_noise) ** -2) ** -0.5)
+
+
+def clip(delta: np.ndarray, bound: float) -> np.ndarray:
+    """`delta` scaled down to L2 norm `bound` if longer (float32)."""
+    norm = float(np.linalg.norm(delta.astype(np.float64)))
+    if norm <= bound:
+        return delta
+    return (delta * np.float32(bound / norm)).astype(np.float32)
+
+
+def next_bound(
+    bound: float, unclipped: float, planned: int, quantile: float, lr: float
+) -> float:
+    """C·exp(−η_C (b̄ − γ)) with b̄ = `unclipped` (the noisy count) / the
+    clients `planned` (Andrew et al., Algorithm 1's geometric update)."""
+    share = unclipped / max(planned, 1)
+    return bound * math.exp(-lr * (share - quantile))
+
+
+class ClientLevelDP:
+    """The server's part of DP-FedAvg for one run: the bound, the noise, the
+    books."""
+
+    def __init__(self, plan: ClientDPPlan) -> None:
+        self.plan = plan
+        self.clip_norm = plan.clip_norm
+        self.rounds_done = 0
+
+    def bound(self) -> float:
+        """The norm a delta may have this round (C, with float32 slack)."""
+        return self.clip_norm * (1 + CLIPPED_TOLERANCE)
+
+    def settings(
+        self, config: TrainConfig, limits: UpdateLimits
+    ) -> tuple[TrainConfig, UpdateLimits]:
+        """This round's task settings (the clients clip to C) and update
+        limits (a delta longer than C is refused, or than the scenario's
+        `max_update_norm` where that is smaller)."""
+        bound = self.bound()
+        if limits.max_update_norm is not None:
+            bound = min(bound, limits.max_update_norm)
+        return (
+            config.model_copy(update={"clip_norm": self.clip_norm}),
+            replace(limits, max_update_norm=bound),
+        )
+
+    @staticmethod
+    def equal_weights(
+        weight: Callable[[ClientUpdate], float], norms: list[float]
+    ) -> Callable[[ClientUpdate], float]:
+        """A fold weight of 1 for each update `weight` counts (DP-FedAvg's
+        equal weights, which bound one client's share of the sum by C), its
+        norm noted in `norms`."""
+
+        def equal(update: ClientUpdate) -> float:
+            if weight(update) <= 0:  # not a member of its cluster's mean
+                return 0.0
+            assert update.delta is not None  # folded updates carry one
+            norms.append(float(np.linalg.norm(update.delta.astype(np.float64))))
+            return 1.0
+
+        return equal
+
+    def noise(self, sums: ClusterSums, round: int) -> list[float]:
+        """Add N(0, (z_Δ·C)²) to every coordinate of each cluster's sum, from
+        the run's noise stream of `round`; returns each sum's noise std."""
+        rng = np.random.default_rng(derive_seed(self.plan.seed, NOISE_STREAM, round))
+        std = self.plan.update_noise_multiplier * self.clip_norm
+        added = []
+        for cluster in sums.clusters:
+            sums.add_noise(cluster, rng.normal(0.0, std, size=sums.size(cluster)))
+            added.append(std)
+        return added
+
+    def close_round(self, norms: Sequence[float], planned: int, round: int) -> None:
+        """Count the round in the books; with adaptive clipping, move C by
+        the noisy count of the updates `norms` says were not clipped."""
+        self.rounds_done += 1
+        if not self.plan.adaptive:
+            return
+        unclipped = sum(n < self.clip_norm * (1 - CLIPPED_TOLERANCE) for n in norms)
+        rng = np.random.default_rng(derive_seed(self.plan.seed, NOISE_STREAM, round, 1))
+        noisy = unclipped + float(rng.normal(0.0, self.plan.count_noise))
+        self.clip_norm = next_bound(
+            self.clip_norm,
+            noisy,
+            planned,
+            self.plan.target_quantile,
+            self.plan.clip_lr,
+        )
+
+    def spent(self) -> float:
+        """ε spent so far at the plan's δ: Opacus' RDP accountant, one step a
+        round at the client sampling rate with multiplier z."""
+        if self.rounds_done == 0:
+            return 0.0
+        history = (
+            (self.plan.noise_multiplier, self.plan.sample_rate, self.rounds_done),
+        )
+        return epsilon_of("rdp", history, self.plan.delta)
+
+    def summary(self) -> dict[str, Any]:
+        """summary.json's `privacy` of a client-level DP run: the plan and
+        the books."""
+        plan = self.plan
+        return {
+            "mechanism": "client",
+            "epsilon": plan.epsilon,
+            "delta": plan.delta,
+            "noise_multiplier": plan.noise_multiplier,
+            "update_noise_multiplier": plan.update_noise_multiplier,
+            "sample_rate": plan.sample_rate,
+            "planned_rounds": plan.rounds,
+            "clipping": "adaptive" if plan.adaptive else "fixed",
+            "clip_norm_start": plan.clip_norm,
+            "clip_norm_end": self.clip_norm,
+            "rounds": self.rounds_done,
+            "epsilon_spent": self.spent(),
+        }
+
+    def snapshot(self) -> ClientDPSnapshot:
+        return {"clip_norm": self.clip_norm, "rounds_done": self.rounds_done}
+
+    def restore(self, snapshot: ClientDPSnapshot) -> None:
+        self.clip_norm = float(snapshot["clip_norm"])
+        self.rounds_done = int(snapshot["rounds_done"])

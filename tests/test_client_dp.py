@@ -1,0 +1,279 @@
+"""Client-level DP (DP-FedAvg, McMahan et al. 2018; adaptive clipping, Andrew
+et al. 2021): the clients' clipping, the server's noise at its planned
+standard deviation, the bound tracking its target quantile, ε from Opacus'
+accountant, the refusals, and a whole run."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+import clusterfed
+from clusterfed.actors import work
+from clusterfed.actors.client_dp import (
+    ClientDPPlan,
+    ClientLevelDP,
+    clip,
+    next_bound,
+    update_multiplier,
+)
+from clusterfed.actors.round import UpdateLimits
+from clusterfed.actors.validation import check_update
+from clusterfed.algorithms import Candidate, ClusterSums, TaskPlan
+from clusterfed.errors import ScenarioError
+from clusterfed.protocol import (
+    ClusterModel,
+    Envelope,
+    TrainConfig,
+    TrainTask,
+    UpdateReply,
+    encode,
+)
+from clusterfed.scenarios import plan_run
+from clusterfed.scenarios.spec import DPSpec
+from clusterfed.types import ClientId, ClusterId
+from helpers import small_scenario, tiny_model, tiny_trainer
+
+CLIENT = {"epsilon": 10.0, "mechanism": "client"}
+
+
+def _plan(**changes: object) -> ClientDPPlan:
+    fields = {
+        "epsilon": 10.0,
+        "delta": 1e-5,
+        "noise_multiplier": 1.5,
+        "sample_rate": 0.5,
+        "rounds": 20,
+        "clip_norm": 2.0,
+        **changes,
+    }
+    return ClientDPPlan(**fields)  # type: ignore[arg-type]
+
+
+def _opacus_epsilon(z: float, rate: float, steps: int, delta: float) -> float:
+    from opacus.accountants import RDPAccountant
+
+    accountant = RDPAccountant()
+    accountant.history = [(z, rate, steps)]
+    return float(accountant.get_epsilon(delta))
+
+
+# -- the clients' clipping --------------------------------------------------
+
+
+def test_an_update_longer_than_the_bound_is_scaled_to_it() -> None:
+    delta = np.array([3.0, 4.0], np.float32)  # norm 5
+    clipped = clip(delta, 2.0)
+    assert clipped.dtype == np.float32
+    assert abs(np.linalg.norm(clipped) - 2.0) < 1e-6
+    np.testing.assert_allclose(clipped / np.linalg.norm(clipped), delta / 5)
+    assert clip(delta, 5.0) is delta  # within the bound: untouched
+
+
+def test_a_client_clips_its_update_to_the_tasks_bound() -> None:
+    candidates = [Candidate(ClusterId(0), tiny_model(1))]
+    config = TrainConfig(lr=0.5, momentum=0.0, batch_size=4, epochs=3)
+    _, free = work.train(tiny_trainer(), candidates, None, config, 0)
+    bound = float(np.linalg.norm(free.delta)) / 4
+    capped = config.model_copy(update={"clip_norm": bound})
+    _, result = work.train(tiny_trainer(), candidates, None, capped, 0)
+    assert abs(np.linalg.norm(result.delta) - bound) < 1e-5 * bound
+    np.testing.assert_allclose(result.delta, free.delta / 4, rtol=1e-5, atol=1e-8)
+
+
+def test_the_bound_travels_only_where_it_is_set() -> None:
+    model = (ClusterModel(cluster=0, weights=np.zeros(3, np.float32)),)
+
+    def wire(config: TrainConfig) -> bytes:
+        task = TrainTask(models=model, config=config)
+        return encode(
+            Envelope(msg_id="m", sender="s", recipient="r", round=0, payload=task)
+        )
+
+    assert b"clip_norm" not in wire(TrainConfig())
+    assert b"clip_norm" in wire(TrainConfig(clip_norm=1.0))
+    with pytest.raises(ValidationError):
+        TrainConfig(clip_norm=0.0)
+
+
+def test_the_server_refuses_an_update_longer_than_the_bound() -> None:
+    dp = ClientLevelDP(_plan(clip_norm=2.0))
+    config, limits = dp.settings(TrainConfig(), UpdateLimits(n_weights=4))
+    assert config.clip_norm == 2.0
+    assert limits.max_update_norm == pytest.approx(2.0, rel=2e-5)
+    plan = TaskPlan(ClientId(1), {ClusterId(0): np.zeros(4, np.float32)})
+
+    def reply(norm: float) -> UpdateReply:
+        delta = np.array([norm, 0, 0, 0], np.float32)
+        return UpdateReply(
+            cluster=0, delta=delta, n_samples=1, loss=0.1, samples_seen=1
+        )
+
+    assert check_update(reply(2.0), plan, 4, limits.max_update_norm) is None
+    problem = check_update(reply(2.1), plan, 4, limits.max_update_norm)
+    assert problem is not None and problem.startswith("delta norm 2.1 is above")
+    # A scenario's smaller max_update_norm still holds.
+    _, tighter = dp.settings(TrainConfig(), UpdateLimits(4, max_update_norm=1.0))
+    assert tighter.max_update_norm == 1.0
+
+
+# -- the server's noise and books ---------------------------------------------
+
+
+def test_each_clusters_sum_gets_noise_of_the_planned_deviation() -> None:
+    plan = _plan(noise_multiplier=1.5, clip_norm=2.0, seed=3)
+    sums = ClusterSums()
+    size = 200_000
+    for cluster in (0, 1):
+        sums.add(ClusterId(cluster), np.zeros(size, np.float32), 1.0)
+    stds = ClientLevelDP(plan).noise(sums, round=4)
+    assert stds == [3.0, 3.0]  # z·C
+    for cluster in (0, 1):
+        drawn = sums.mean(ClusterId(cluster))  # weight 1: the sum itself
+        assert abs(drawn.std() - 3.0) < 0.02  # 4σ of the std's estimate
+        assert abs(drawn.mean()) < 0.03
+    assert not np.array_equal(sums.mean(ClusterId(0)), sums.mean(ClusterId(1)))
+    # The same seed and round draw the same noise; another round another.
+    again, other = ClusterSums(), ClusterSums()
+    for target in (again, other):
+        target.add(ClusterId(0), np.zeros(size, np.float32), 1.0)
+    ClientLevelDP(plan).noise(again, round=4)
+    ClientLevelDP(plan).noise(other, round=5)
+    np.testing.assert_array_equal(again.mean(ClusterId(0)), sums.mean(ClusterId(0)))
+    assert not np.array_equal(other.mean(ClusterId(0)), sums.mean(ClusterId(0)))
+
+
+def test_the_books_spend_what_opacus_accounts() -> None:
+    dp = ClientLevelDP(_plan(noise_multiplier=1.2, sample_rate=0.25))
+    assert dp.spent() == 0.0
+    for r in range(7):
+        dp.close_round([1.0], planned=5, round=r)
+    assert dp.spent() == _opacus_epsilon(1.2, 0.25, 7, 1e-5)
+
+
+def test_the_planned_multiplier_spends_the_budget_over_the_rounds() -> None:
+    scenario = small_scenario(rounds=12, dp=DPSpec(**CLIENT))  # type: ignore[arg-type]
+    plan = plan_run(scenario).client_dp
+    assert plan is not None and plan.rounds == 12 and plan.sample_rate == 1.0
+    spent = _opacus_epsilon(plan.noise_multiplier, 1.0, 12, 1e-5)
+    assert 10 - 0.01 <= spent <= 10
+    assert _opacus_epsilon(plan.noise_multiplier * 0.98, 1.0, 12, 1e-5) > 10
+    sampled = small_scenario(
+        rounds=12,
+        dp=DPSpec(**CLIENT),  # type: ignore[arg-type]
+        algorithm_params={"fedavg": {"fraction": 0.5}},
+    )
+    half = plan_run(sampled).client_dp
+    assert half is not None and half.sample_rate == 0.5
+    assert half.noise_multiplier < plan.noise_multiplier  # sampling amplifies
+
+
+# -- adaptive clipping ----------------------------------------------------------
+
+
+def test_the_bounds_update_is_the_papers_geometric_step() -> None:
+    # C·exp(−η(b̄ − γ)): 6 of 10 unclipped, γ = 0.5, η = 0.2.
+    assert next_bound(2.0, 6.0, 10, 0.5, 0.2) == pytest.approx(2.0 * math.exp(-0.02))
+    assert next_bound(2.0, 5.0, 10, 0.5, 0.2) == 2.0
+
+
+def test_the_updates_multiplier_leaves_the_counts_share() -> None:
+    # z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2)
+    assert update_multiplier(1.0, 5.0) == pytest.approx((1 - 1 / 100) ** -0.5)
+    with pytest.raises(ValueError, match="2σ_b > z"):
+        update_multiplier(3.0, 1.0)
+    plan = _plan(noise_multiplier=1.0, adaptive=True, count_noise=5.0)
+    assert plan.update_noise_multiplier == pytest.approx((1 - 1 / 100) ** -0.5)
+
+
+@pytest.mark.parametrize("quantile", [0.3, 0.5, 0.8])
+def test_the_bound_tracks_the_target_quantile(quantile: float) -> None:
+    # 100 clients a round whose update norms are lognormal: C settles near
+    # the norms' `quantile`, from a start 10 times too small.
+    plan = _plan(
+        adaptive=True,
+        clip_norm=0.1,
+        target_quantile=quantile,
+        noise_multiplier=0.5,
+        count_noise=1.0,
+        seed=1,
+    )
+    dp = ClientLevelDP(plan)
+    rng = np.random.default_rng(0)
+    bounds = []
+    for r in range(400):
+        norms = rng.lognormal(0.0, 0.5, size=100)
+        clipped = np.minimum(norms, dp.clip_norm)
+        dp.close_round(list(clipped), planned=100, round=r)
+        bounds.append(dp.clip_norm)
+    want = float(np.exp(0.5 * _normal_quantile(quantile)))
+    settled = float(np.median(bounds[200:]))
+    assert abs(settled - want) / want < 0.05
+
+
+def _normal_quantile(q: float) -> float:
+    from scipy.stats import norm
+
+    return float(norm.ppf(q))
+
+
+# -- the scenario's checks -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"algorithm": "dcfl"}, "does not aggregate a round as each cluster's sum"),
+        ({"algorithm": "fedavg", "aggregator": "median"}, 'aggregator = "median"'),
+        ({"deadline": {"policy": "fraction", "fraction": 0.5}}, "fraction deadline"),
+    ],
+)
+def test_a_run_client_dp_cannot_noise_is_refused(
+    changes: dict[str, object], reason: str
+) -> None:
+    with pytest.raises(ValidationError, match=reason):
+        small_scenario(dp=DPSpec(**CLIENT), **changes)  # type: ignore[arg-type]
+
+
+def test_settings_of_the_other_mechanism_are_refused() -> None:
+    with pytest.raises(ValidationError, match='horizon = "round" is local DP'):
+        DPSpec(epsilon=1, mechanism="client", horizon="round")
+    with pytest.raises(ValidationError, match="adaptive.*client-level DP"):
+        DPSpec(epsilon=1, clipping="adaptive")
+
+
+def test_a_count_noise_too_small_for_the_budget_is_refused() -> None:
+    dp = DPSpec(epsilon=10, mechanism="client", clipping="adaptive", count_noise=0.1)
+    with pytest.raises(ScenarioError, match="2σ_b > z"):
+        plan_run(small_scenario(rounds=12, dp=dp))
+
+
+# -- a whole run -----------------------------------------------------------------
+
+
+def test_a_run_spends_its_budget_and_tells_it(tmp_path: Path) -> None:
+    dp = DPSpec(
+        epsilon=8.0,
+        mechanism="client",
+        clipping="adaptive",
+        clip_norm=0.5,
+        count_noise=5.0,
+    )
+    scenario = small_scenario(rounds=4, dp=dp)
+    result = clusterfed.run(scenario, out=tmp_path / "a", workers=1)
+    again = clusterfed.run(scenario, out=tmp_path / "b", workers=2)
+    rows = result.rows
+    assert result.summary["rejected_messages"] == 0
+    spent = [r["epsilon_max"] for r in rows]
+    assert spent == sorted(spent) and 8.0 - 0.01 <= spent[-1] <= 8.0
+    assert all(c["epsilon"] == rows[-1]["epsilon_max"] for c in rows[-1]["clients"])
+    privacy = result.summary["privacy"]
+    assert privacy["mechanism"] == "client" and privacy["rounds"] == 4
+    assert privacy["clip_norm_end"] != 0.5  # the bound moved
+    for a, b in zip(rows, again.rows, strict=True):  # runtime-independent
+        a.pop("wall_time"), b.pop("wall_time")
+        assert a == b
