@@ -126,6 +126,9 @@ class Federation:
         # Every client's DP plan as it joined, for the summary (a client that
         # leaves stays in it).
         self.privacy: dict[int, PrivacyPlan] = {}
+        # The simulated time the last round started: the last moment a
+        # time-keyed event could fire (None before any round of this process).
+        self._last_round_start: float | None = None
         # What the scenario says but cannot do; in summary.json too.
         self.warnings: list[str] = []
         self._punctual_stragglers: set[int] = set()
@@ -173,6 +176,7 @@ class Federation:
         """Run one round: fire its events, run it, record it (and checkpoint)."""
         if self.trace is not None:
             self.trace.round, self.trace.sim = round, self.clock.now
+        self._last_round_start = self.clock.now  # when its events fired
         events = await self.engine.begin_round(self, round, self.clock.now)
         if self.driver is None:
             outcome = await self.server.run_round(round)
@@ -221,7 +225,10 @@ class Federation:
             extra["interrupted"] = True
         else:
             fired = self.engine.timeline.fired
-            for text in unfired_time_events(self.scenario, fired, self.clock.now):
+            last = self._last_round_start
+            for text in unfired_time_events(
+                self.scenario, fired, self.clock.now if last is None else last
+            ):
                 self.warn(text)
         if self.warnings:
             extra["warnings"] = list(self.warnings)

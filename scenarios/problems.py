@@ -171,12 +171,24 @@ def scenario_warnings(scenario: Scenario) -> list[str]:
 
 
 def unfired_time_events(
-    scenario: Scenario, fired: dict[int, int], end: float
+    scenario: Scenario, fired: dict[int, int], last_start: float
 ) -> list[str]:
-    """Time-clock events that never fired in a run that ended at `end`."""
-    return [
-        f"events[{i}] ({event.kind}): start {event.start:g} s is after the run's"
-        f" simulated end ({end:.1f} s): it never fired"
-        for i, event in enumerate(scenario.events)
-        if event.clock == "time" and not fired.get(i)
-    ]
+    """Time-clock occurrences that never fired in a run whose last round
+    started at `last_start` (events fire when a round starts, so one due
+    later never fires, however long that round ran): an event that never
+    fired, and each dropped occurrence of a repeating event with an end
+    (`until`); one repeating without end is named only if it never fired."""
+    found = []
+    for i, event in enumerate(scenario.events):
+        if event.clock != "time":
+            continue
+        done = fired.get(i, 0)
+        head = f"events[{i}] ({event.kind}):"
+        tail = f"after the last round started ({last_start:.1f} s): it never fired"
+        if done == 0:
+            found.append(f"{head} start {event.start:g} s is {tail}")
+        if event.every is None or event.until is None:
+            continue
+        for key in list(event.occurrences(event.until))[max(done, 1) :]:
+            found.append(f"{head} its occurrence at {key:g} s is {tail}")
+    return found

@@ -185,7 +185,7 @@ def test_round_events_after_the_last_round_are_warned_of() -> None:
     ]
 
 
-def test_time_events_that_never_fired_are_named_with_the_run_s_end() -> None:
+def test_time_events_that_never_fired_are_named_with_the_last_round_s_start() -> None:
     scenario = Scenario(
         name="x",
         rounds=5,
@@ -198,8 +198,34 @@ def test_time_events_that_never_fired_are_named_with_the_run_s_end() -> None:
     )
     # event 1 is on the round clock; 0 fired, 2 fired zero times, 3 not at all
     assert unfired_time_events(scenario, {0: 1, 1: 0, 2: 0}, 123.456) == [
-        "events[2] (crash): start 250 s is after the run's simulated end"
+        "events[2] (crash): start 250 s is after the last round started"
         " (123.5 s): it never fired",
-        "events[3] (crash): start 300 s is after the run's simulated end"
+        "events[3] (crash): start 300 s is after the last round started"
         " (123.5 s): it never fired",
+    ]
+
+
+def test_each_dropped_occurrence_of_a_repeating_event_is_named() -> None:
+    scenario = Scenario(
+        name="x",
+        rounds=2,
+        events=[
+            Join(clock="time", start=1.5, every=2.0, until=5.5),  # 1.5 3.5 5.5
+            Crash(clock="time", start=1.0, every=1.0, target=0),  # no end
+        ],
+    )
+    # The join fired once (at 1.5 s): its two later occurrences are named; the
+    # endless crash fired, so nothing is said of it.
+    assert unfired_time_events(scenario, {0: 1, 1: 2}, 3.0) == [
+        "events[0] (join): its occurrence at 3.5 s is after the last round"
+        " started (3.0 s): it never fired",
+        "events[0] (join): its occurrence at 5.5 s is after the last round"
+        " started (3.0 s): it never fired",
+    ]
+    # Never fired: its start is named, and each later occurrence.
+    assert unfired_time_events(scenario, {1: 1}, 1.0)[:2] == [
+        "events[0] (join): start 1.5 s is after the last round started"
+        " (1.0 s): it never fired",
+        "events[0] (join): its occurrence at 3.5 s is after the last round"
+        " started (1.0 s): it never fired",
     ]
