@@ -25,8 +25,11 @@ _TAGS = ("kind", "policy", "behaviour")
 
 
 def describe_problems(error: ValidationError, root: type[BaseModel]) -> str:
-    """One entry per problem of validating a `root`, joined by "; "."""
-    return "; ".join(_problem(item, root) for item in error.errors(include_url=False))
+    """One entry per problem of validating a `root`, joined by "; ": unknown
+    fields first, since a misspelt field is often why another is missing."""
+    items = error.errors(include_url=False)
+    ordered = sorted(items, key=lambda item: item["type"] != "extra_forbidden")
+    return "; ".join(_problem(item, root) for item in ordered)
 
 
 def did_you_mean(name: str, known: Iterable[str], *, list_known: bool = True) -> str:
@@ -54,6 +57,9 @@ def _problem(item: ErrorDetails, root: type[BaseModel]) -> str:
     elif kind == "union_tag_not_found":
         field = str(ctx.get("discriminator", "kind")).strip("'")
         what = f"missing {field!r}, which says what this is"
+        keys = [str(k) for k in value] if isinstance(value, dict) else []
+        typo = difflib.get_close_matches(field, keys, n=1, cutoff=0.6)
+        what += f"; is {typo[0]!r} a misspelt {field!r}?" if typo else ""
     elif kind == "literal_error" and isinstance(value, str):
         known = _quoted(ctx.get("expected", ""))
         what = f"{value!r} is not one of {', '.join(map(repr, known))}"

@@ -95,8 +95,8 @@ def test_without_a_model_every_part_of_a_path_is_a_field() -> None:
         # an optional table's fields (not None's)
         (
             {"dp": {"epsilom": 1}},
-            "dp.epsilon: missing (required);"
-            " dp.epsilom: unknown field 'epsilom'; did you mean 'epsilon'?",
+            "dp.epsilom: unknown field 'epsilom'; did you mean 'epsilon'?;"
+            " dp.epsilon: missing (required)",
         ),
         (
             {"deadline": {"seconds": 2}},
@@ -114,9 +114,9 @@ def test_without_a_model_every_part_of_a_path_is_a_field() -> None:
         ({"mode": 3}, "mode: Input should be 'sync' or 'async' (got 3)"),
         (
             {"events": [{"kind": "straggle", "target": 2, "slowdown": 3}]},
-            "events[0] (straggle).factor: missing (required);"
-            " events[0] (straggle).slowdown: unknown field 'slowdown';"
-            " known: clock, every, factor, kind, rounds, start, target, until",
+            "events[0] (straggle).slowdown: unknown field 'slowdown';"
+            " known: clock, every, factor, kind, rounds, start, target, until;"
+            " events[0] (straggle).factor: missing (required)",
         ),
         # a long value or a list is not repeated
         (
@@ -229,3 +229,23 @@ def test_each_dropped_occurrence_of_a_repeating_event_is_named() -> None:
         "events[0] (join): its occurrence at 3.5 s is after the last round"
         " started (1.0 s): it never fired",
     ]
+
+
+def test_a_misspelt_tag_is_named_where_it_is_missing() -> None:
+    with pytest.raises(ValidationError) as error:
+        Scenario.model_validate(
+            {"name": "x", "deadline": {"polcy": "fraction", "fraction": 0.5}}
+        )
+    assert describe_problems(error.value, Scenario) == (
+        "deadline: missing 'policy', which says what this is;"
+        " is 'polcy' a misspelt 'policy'?"
+    )
+
+
+def test_an_unknown_field_is_told_before_the_field_it_misspells() -> None:
+    with pytest.raises(ValidationError) as error:
+        Scenario.model_validate({"name": "x", "dp": {"epsilom": 3}})
+    assert describe_problems(error.value, Scenario) == (
+        "dp.epsilom: unknown field 'epsilom'; did you mean 'epsilon'?;"
+        " dp.epsilon: missing (required)"
+    )
