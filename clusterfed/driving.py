@@ -31,9 +31,12 @@ class RunInterrupted(KeyboardInterrupt):
         self.rounds_done = rounds_done
         self.checkpoint = (out / CHECKPOINT).exists()
         resume = f"; resume with: clusterfed resume {out}" if self.checkpoint else ""
-        super().__init__(
-            f"interrupted after round {rounds_done}; results in {out}{resume}"
+        when = (
+            f"after round {rounds_done}"
+            if rounds_done
+            else "before its first round finished"
         )
+        super().__init__(f"interrupted {when}; results in {out}{resume}")
 
 
 class RunsRounds(Protocol):

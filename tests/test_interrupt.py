@@ -81,3 +81,13 @@ def test_an_interrupted_run_can_be_resumed(tmp_path: Path) -> None:
     assert isinstance(stopped.value, KeyboardInterrupt)
     result = clusterfed.resume(tmp_path)
     assert result.summary["rounds"] == 3 and "interrupted" not in result.summary
+
+
+def test_an_interrupt_before_the_first_round_says_so(tmp_path: Path) -> None:
+    stopped = clusterfed.RunInterrupted(tmp_path, 0)
+    assert str(stopped) == (
+        f"interrupted before its first round finished; results in {tmp_path}"
+    )
+    assert str(clusterfed.RunInterrupted(tmp_path, 2)).startswith(
+        "interrupted after round 2;"
+    )
