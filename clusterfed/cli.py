@@ -7,7 +7,7 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from clusterfed.cli_parser import build_parser
 from clusterfed.errors import ClusterfedError, ConfigError, ScenarioWarning
@@ -234,6 +234,39 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sweep(args: argparse.Namespace) -> int:
+    from clusterfed.seeds import parse_seeds
+    from clusterfed.sweeps import parse_grid, sweep, sweep_table
+
+    if args.out is None:
+        raise ConfigError("a sweep needs --out: the folder that holds every cell")
+    if args.overwrite:
+        raise ConfigError("--overwrite is not for a sweep: use --resume or a new --out")
+    options: dict[str, Any] = {
+        "rounds": args.rounds,
+        "clients": args.clients,
+        "runtime": args.runtime,
+        "workers": _workers(args.workers),
+        "ray_address": args.ray_address,
+        "clients_per_host": args.clients_per_host,
+        "progress": _progress(args),
+    }
+    if args.seed is not None:
+        raise ConfigError("a sweep takes --seeds (a count or a list), not --seed")
+    result = sweep(
+        args.scenario,
+        parse_grid(args.grid),
+        out=args.out,
+        seeds=parse_seeds(args.seeds),
+        overrides=_overrides(args),
+        resume=args.resume,
+        **options,
+    )
+    print(sweep_table(result))
+    print(f"results: {result.out}")
+    return 0
+
+
 def _plot(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -267,6 +300,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "schema": _schema,
     "resume": _resume,
     "compare": _compare,
+    "sweep": _sweep,
     "plot": _plot,
 }
 

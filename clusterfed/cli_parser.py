@@ -132,6 +132,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     compare.set_defaults(command="compare")
 
+    grid = sub.add_parser(
+        "sweep",
+        help="run a scenario over a grid of settings x algorithms x seeds, one"
+        " folder, resumable",
+    )
+    grid.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        required=True,
+        metavar="KEY=V1,V2,...",
+        help="a grid axis: a scenario field or algorithm parameter as --set"
+        " takes it (train.lr=0.01,0.05), or algorithm=dcfl,cfl; repeat for more",
+    )
+    _common(grid, "folder of the sweep, empty or new (each cell in OUT/<cell>/)")
+    grid.add_argument(
+        "--seeds",
+        default="1",
+        metavar="N|S,S,...",
+        help="seeds of every cell: a count (3: seeds 0,1,2) or a list (default 1)",
+    )
+    grid.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on with the sweep in --out: runs that finished there with the"
+        " same settings are read back, the missing ones run",
+    )
+    grid.set_defaults(command="sweep")
+
     plot = sub.add_parser(
         "plot",
         help="accuracy, clusters and ARI of several runs (or a compare folder)"
