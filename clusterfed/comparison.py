@@ -40,6 +40,7 @@ from .seeds import (
 Summary = dict[str, Any]
 COMPARISON = "comparison.json"
 SEEDS = "seeds.json"
+FIGURE = "runs.png"  # every run drawn, as `clusterfed plot DIR` draws it
 
 
 def seed_folder(out: Path, seed: int) -> Path:
@@ -181,7 +182,9 @@ def compare(
         folder = claim(default_compare_out(base, chosen))
         point_latest(folder)
     if chosen is None:
-        return _compare_one(folder, variants, resume, **run_options)
+        result = _compare_one(folder, variants, resume, **run_options)
+        _figure(folder)
+        return result
     by_seed: dict[str, dict[int, RunResult]] = {
         safe_name(name): {} for name in variants
     }
@@ -204,7 +207,16 @@ def compare(
         so_far = CompareResult(folder, by_seed, tuple(done))
         _write(folder / COMPARISON, comparison_json(so_far))
         _write(folder / SEEDS, seeds_json(so_far.seed_summaries))
+    _figure(folder)
     return CompareResult(folder, by_seed, tuple(chosen))
+
+
+def _figure(folder: Path) -> None:
+    """`folder/runs.png` (and .pdf): every run of the comparison, drawn again
+    whenever the comparison (a resumed one too) finishes."""
+    from clusterfed.plots_runs import plot_runs  # matplotlib: only once drawn
+
+    plot_runs([folder], folder / FIGURE)
 
 
 def _compare_one(

@@ -104,6 +104,20 @@ def _mark_events(ax: Any, rows: Sequence[Row]) -> list[Patch]:
     return [Patch(color=c, alpha=0.5, label=k) for k, c in kinds.items()]
 
 
+def _mark_events_over_time(ax: Any, rows: Sequence[Row]) -> list[Patch]:
+    """`_mark_events` against simulated time: an event fires as its round
+    starts, when the round before it ended (0 s for the first)."""
+    kinds: dict[str, str] = {}
+    ends = {row["round"]: float(row["sim_time"]) for row in rows}
+    for round, kind, _ in _events(rows):
+        colour = EVENT_COLOURS.get(kind)
+        if colour is None:
+            continue
+        ax.axvline(ends.get(round - 1, 0.0), color=colour, alpha=0.5, linewidth=1)
+        kinds[kind] = colour
+    return [Patch(color=c, alpha=0.5, label=k) for k, c in kinds.items()]
+
+
 def _accuracy(
     path: Path,
     rounds: np.ndarray,
@@ -171,6 +185,7 @@ def _accuracy_time(
         else:
             label += ", not reached"
         ax.plot([], [], color="tab:blue", linestyle="--", label=label)
+    marks = _mark_events_over_time(ax, rows)
     ax.set(
         xlabel="simulated time (s)",
         ylabel="client accuracy",
@@ -178,7 +193,8 @@ def _accuracy_time(
         xlim=(0, max(float(times[-1]), 1e-9) * 1.02),
         title=f"{title}: over simulated time",
     )
-    ax.legend(loc="lower right", fontsize="small")
+    handles, _ = ax.get_legend_handles_labels()
+    ax.legend(handles=[*handles, *marks], loc="lower right", fontsize="small")
     return _save(fig, path)
 
 
@@ -240,7 +256,7 @@ def _clusters(
     )
     strip.set_xticks([0], ["truth"])
     strip.set_ylabel("client")
-    strip.yaxis.set_major_locator(MaxNLocator(integer=True))
+    strip.yaxis.set_major_locator(integer_ticks())
     _mark_events(ax, rows)
     ax.set(xlabel="round", title=f"{title}: clusters")
     _integer_rounds(ax)
@@ -279,7 +295,23 @@ def _clustering(
 
 
 def _integer_rounds(ax: Any) -> None:
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.xaxis.set_major_locator(integer_ticks())
+
+
+def integer_ticks() -> MaxNLocator:
+    """Integer ticks even where the view holds one integer (a count that never
+    changes: matplotlib's default falls back to 0.945 … 1.050 there)."""
+    return MaxNLocator(integer=True, min_n_ticks=1)
+
+
+def integer_counts(ax: Any) -> None:
+    """A y axis of counts: integer ticks, and at least one unit either side
+    of a count that never changes."""
+    ax.yaxis.set_major_locator(integer_ticks())
+    low, high = ax.get_ylim()
+    if high - low < 2:
+        middle = round((low + high) / 2)
+        ax.set_ylim(middle - 1, middle + 1)
 
 
 def _save(fig: Any, path: Path, *, margins: bool = True) -> list[Path]:

@@ -16,9 +16,9 @@ import matplotlib
 matplotlib.use("Agg")  # no screen, as clusterfed.plots
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from clusterfed import plots  # noqa: E402
+from clusterfed.seeds import interval  # noqa: E402
 
 Row = dict[str, Any]
 
@@ -29,9 +29,12 @@ def plot_runs(folders: Sequence[Path], out: Path) -> list[Path]:
     (over seeds too: `seed<s>/<algorithm>/`, or one seed's with `seed<s>/`).
 
     Runs with the same scenario and algorithm (seeds of one setting) are
-    aggregated: the line is the mean over runs, the band their min..max (the
-    legend gives the number of runs); a single run's band is ± the std over
-    its clients.
+    aggregated: the line is the mean over runs, the band its 95 % Student t
+    interval, as the comparison tables give it (the legend says so and gives
+    the number of runs); a single run's band is ± the std over its clients.
+    Each setting has its own colour and line style, so that equal lines stay
+    visible; the rounds where the scenario's events fired are marked; the
+    title names the scenarios.
 
     Raises:
         ValueError: a folder holds no run.
@@ -43,13 +46,24 @@ def plot_runs(folders: Sequence[Path], out: Path) -> list[Path]:
     fig, grid = plt.subplots(2, 2, figsize=(11, 7.4))
     acc, timed, clusters, ari = grid.flat
     for n, (name, runs) in enumerate(series.items()):
-        colour = plots._PALETTE[n % len(plots._PALETTE)]
-        # The legend says what the band is: min..max over runs, or clients.
-        label = f"{name} ({len(runs)} runs)" if len(runs) > 1 else name
-        _series(acc, runs, _mean_acc, colour, label, band=_client_band)
-        _over_time(timed, runs, colour, label)
-        _series(clusters, runs, lambda r: r["n_clusters"], colour, label)
-        _series(ari, runs, lambda r: r["ari"], colour, label)
+        style = {
+            "color": plots._PALETTE[n % len(plots._PALETTE)],
+            "linestyle": STYLES[n % len(STYLES)],
+        }
+        label = (
+            f"{name} ({len(runs)} runs; band: 95 % interval)"
+            if len(runs) > 1
+            else f"{name} (band: ± std over clients)"
+        )
+        _series(acc, runs, _mean_acc, style, label, band=_client_band)
+        _over_time(timed, runs, style, label)
+        _series(clusters, runs, lambda r: r["n_clusters"], style, label)
+        _series(ari, runs, lambda r: r["ari"], style, label)
+    first = next(iter(series.values()))[0]
+    marks = plots._mark_events(acc, first)
+    for ax in (clusters, ari):
+        plots._mark_events(ax, first)
+    plots._mark_events_over_time(timed, first)
     for ax, ylabel in zip(
         (acc, clusters, ari), ("mean client accuracy", "clusters", "ARI"), strict=True
     ):
@@ -58,9 +72,15 @@ def plot_runs(folders: Sequence[Path], out: Path) -> list[Path]:
     timed.set(xlabel="simulated time (s)", ylabel="mean client accuracy")
     acc.set_ylim(0, 1.02)
     timed.set_ylim(0, 1.02)
-    clusters.yaxis.set_major_locator(MaxNLocator(integer=True))
-    acc.legend(loc="lower right", fontsize="small")
+    plots.integer_counts(clusters)
+    handles, _ = acc.get_legend_handles_labels()
+    acc.legend(handles=[*handles, *marks], loc="lower right", fontsize="small")
+    fig.suptitle(", ".join(sorted({name.split(" · ")[0] for name in series})))
     return plots._save(fig, out.with_suffix(".png"))
+
+
+# One per setting, in turn with the palette: equal lines stay visible.
+STYLES = ("-", "--", "-.", ":")
 
 
 def _runs_in(folder: Path) -> list[tuple[str, list[Row]]]:
@@ -102,7 +122,9 @@ def _client_band(row: Row) -> tuple[float, float] | None:
     return mean - std, mean + std
 
 
-def _over_time(ax: Any, runs: list[list[Row]], colour: str, label: str) -> None:
+def _over_time(
+    ax: Any, runs: list[list[Row]], style: dict[str, str], label: str
+) -> None:
     """Mean client accuracy against simulated time; over several runs, both
     are the mean of the runs' rows of the same index (runs of one setting
     differ in time by their seeds only)."""
@@ -116,16 +138,14 @@ def _over_time(ax: Any, runs: list[list[Row]], colour: str, label: str) -> None:
     )
     with warnings.catch_warnings():  # a row where no run has a value
         warnings.simplefilter("ignore", RuntimeWarning)
-        ax.plot(
-            times.mean(axis=0), np.nanmean(values, axis=0), color=colour, label=label
-        )
+        ax.plot(times.mean(axis=0), np.nanmean(values, axis=0), label=label, **style)
 
 
 def _series(
     ax: Any,
     runs: list[list[Row]],
     value: Any,
-    colour: str,
+    style: dict[str, str],
     label: str,
     band: Any = None,
 ) -> None:
@@ -140,11 +160,26 @@ def _series(
     with warnings.catch_warnings():  # a round where no run has a value
         warnings.simplefilter("ignore", RuntimeWarning)
         mean = np.nanmean(values, axis=0)
-        low, high = np.nanmin(values, axis=0), np.nanmax(values, axis=0)
-    ax.plot(rounds, mean, color=colour, label=label)
+    ax.plot(rounds, mean, label=label, **style)
+    colour = style["color"]
     if len(runs) > 1:
+        low, high = interval_band(values)
         ax.fill_between(rounds, low, high, color=colour, alpha=0.2)
     elif band is not None:
         spans = [band(r) or (np.nan, np.nan) for r in runs[0][:length]]
-        low, high = zip(*spans, strict=True)
-        ax.fill_between(rounds, low, high, color=colour, alpha=0.2)
+        lows, highs = zip(*spans, strict=True)
+        ax.fill_between(rounds, lows, highs, color=colour, alpha=0.2)
+
+
+def interval_band(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per column of `values` (runs × rounds), the 95 % Student t interval of
+    the mean over its runs (`seeds.interval`, as the tables print it); NaN
+    where fewer than two runs have a value."""
+    low, high = [], []
+    for column in values.T:
+        found = interval([float(v) for v in column if np.isfinite(v)])
+        lo = found.low if found.low is not None else np.nan
+        hi = found.high if found.high is not None else np.nan
+        low.append(lo)
+        high.append(hi)
+    return np.array(low, dtype=float), np.array(high, dtype=float)

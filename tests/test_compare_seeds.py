@@ -173,6 +173,8 @@ def test_each_seed_is_a_one_seed_comparison_of_its_own(
     assert sorted(p.name for p in out.iterdir()) == [
         MARKER,
         "comparison.json",
+        "runs.pdf",
+        "runs.png",
         "seed0",
         "seed3",
         "seeds.json",
@@ -466,6 +468,8 @@ def test_the_cli_prints_the_table_over_seeds(
     assert sorted(p.name for p in out.iterdir()) == [
         MARKER,
         "comparison.json",
+        "runs.pdf",
+        "runs.png",
         "seed0",
         "seed1",
         "seeds.json",

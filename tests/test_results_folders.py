@@ -181,6 +181,8 @@ def test_overwrite_of_a_comparison_goes_by_each_runs_list(tmp_path: Path) -> Non
         MARKER,
         "comparison.json",
         "fedavg",
+        "runs.pdf",
+        "runs.png",
     ]
 
 
