@@ -17,6 +17,7 @@ from threadpoolctl import threadpool_limits
 from clusterfed.types import ClientId
 
 from .client import Client, ClientState, keeps_state
+from .compute import prepare_process
 from .spec import ClientSpec, ScratchModels
 
 
@@ -52,6 +53,8 @@ class ClientHost:
         """Host new clients; returns the join request each of them sends."""
         joins = []
         for spec in specs:
+            if spec.compute is not None:  # before the first kernel on it
+                prepare_process(spec.compute.device)
             if spec.id in self.clients:
                 raise ValueError(f"client {spec.id} is already hosted here")
             client = self.clients[spec.id] = Client(spec, self.models)

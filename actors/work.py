@@ -136,7 +136,7 @@ def check_loss(loss: float, what: str) -> float:
 def class_histogram(trainer: LocalTrainer, n_classes: int) -> list[int]:
     """Training samples per class, as the client reads its labels (after any
     label permutation): the one description of its data a client may send."""
-    labels = trainer.y_train.numpy()
+    labels = trainer.y_train.cpu().numpy()
     return [int(n) for n in np.bincount(labels, minlength=n_classes)]
 
 
@@ -147,8 +147,8 @@ def data_subspace(trainer: LocalTrainer, n_basis: int, per_class: bool) -> np.nd
     blocks side by side, or of all of it: float32, d × k. A class of fewer
     samples gives as many vectors. The description PACFL asks for; it sends
     directions, never a sample."""
-    x = trainer.x_train.reshape(trainer.n_train, -1).numpy().astype(np.float64)
-    labels = trainer.y_train.numpy()
+    x = trainer.x_train.reshape(trainer.n_train, -1).cpu().numpy().astype(np.float64)
+    labels = trainer.y_train.cpu().numpy()
     parts = [x[labels == c] for c in np.unique(labels)] if per_class else [x]
     blocks = [np.linalg.svd(p.T, full_matrices=False)[0][:, :n_basis] for p in parts]
     return np.hstack(blocks).astype(np.float32)

@@ -99,6 +99,8 @@ class RayRuntime:
         max_restarts: how often Ray restarts a dead host (0: never).
         restart_wait_s: after a round, how long to wait for hosts being
             restarted (their clients miss the round they died in, then return).
+        gpus_per_host: the GPUs (a fraction: 0.25 packs four hosts on one)
+            each host actor asks Ray for; None asks for none (CPU runs).
     """
 
     name = "ray"
@@ -111,9 +113,16 @@ class RayRuntime:
         num_cpus: int | None = None,
         max_restarts: int = 0,
         restart_wait_s: float = 120.0,
+        gpus_per_host: float | None = None,
     ) -> None:
         if clients_per_host is not None and clients_per_host < 1:
             raise ValueError(f"clients_per_host must be >= 1, got {clients_per_host}")
+        if gpus_per_host is not None and not 0 < gpus_per_host <= 64:
+            raise ValueError(
+                f"gpus_per_host must be in (0, 64], got {gpus_per_host}"
+                " (0.25: four hosts share a GPU)"
+            )
+        self.gpus_per_host = gpus_per_host
         self.address = address
         self.clients_per_host = clients_per_host
         self.num_cpus = num_cpus
@@ -164,6 +173,9 @@ class RayRuntime:
                 .options(
                     name=f"clusterfed-host-{self.run_name}-{len(self.hosts)}",
                     num_cpus=0,
+                    # A fraction lets several hosts share one GPU (Ray then
+                    # shows each host its GPU as cuda:0).
+                    num_gpus=self.gpus_per_host or 0,
                     scheduling_strategy="SPREAD",
                     max_restarts=self.max_restarts,
                 )
