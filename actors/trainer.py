@@ -113,6 +113,10 @@ class LocalTrainer:
         rows, y = self._test_set
         return rows.gather(), y
 
+    def batch(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Training samples `rows` and their labels, on the trainer's device."""
+        return self._x_train[rows], self.y_train[rows]
+
     @property
     def n_train(self) -> int:
         return len(self.y_train)

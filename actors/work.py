@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from clusterfed.algorithms import (
     Candidate,
+    IdentityPolicy,
     ImportancePolicy,
     MixturePolicy,
     heaviest,
@@ -21,8 +22,8 @@ from clusterfed.algorithms import (
 )
 from clusterfed.algorithms.policy import mixture_weights
 from clusterfed.errors import ClusterfedError
-from clusterfed.protocol import MAX_LOSS, IdentityRule, TrainConfig
-from clusterfed.types import ModelKey
+from clusterfed.protocol import MAX_LOSS, IdentityRule, TrainConfig, TrainTask
+from clusterfed.types import ModelKey, model_key
 
 from .trainer import Anchor, LocalTrainer, TrainResult
 
@@ -53,15 +54,42 @@ def train(
             weights for any other task.
     """
     trainer.check_budget(config)  # refuse before probing, not only before training
-    chosen = candidates[0]
-    probe = _Probe(trainer, config.batch_size)
     policy = make_policy(identity.name, identity.params) if identity else None
     if isinstance(policy, MixturePolicy):
         if mixture is None:
             raise ClusterfedError(f"the {policy.name} rule needs the task's mixture")
+        probe = _Probe(trainer, config.batch_size)
         return train_mixture(trainer, policy, probe, candidates, mixture, config, round)
     if mixture is not None:
         raise ClusterfedError("mixture weights for a task whose rule is no mixture")
+    plan = plan_training(trainer, candidates, policy, config, round)
+    result = trainer.train(plan.chosen.weights, config, round, plan.anchors)
+    return finish_training(plan, result, config)
+
+
+@dataclass(frozen=True)
+class TrainPlan:
+    """What a client trains in a task, decided before training: the model it
+    starts from, its proximal anchors, its importance weights (FedSoft) and
+    the samples its probes read. A cohort (`cohort.py`) trains many plans."""
+
+    chosen: Candidate
+    anchors: tuple[Anchor, ...]
+    importance: tuple[float, ...] | None
+    probed: int
+
+
+def plan_training(
+    trainer: LocalTrainer,
+    candidates: Sequence[Candidate],
+    policy: IdentityPolicy | None,
+    config: TrainConfig,
+    round: int,
+) -> TrainPlan:
+    """Probe as the identity policy asks and decide what to train (not a
+    mixture policy's task: `train_mixture`)."""
+    chosen = candidates[0]
+    probe = _Probe(trainer, config.batch_size)
     importance: tuple[float, ...] | None = None
     anchors: list[Anchor] = []
     if isinstance(policy, ImportancePolicy):
@@ -72,13 +100,39 @@ def train(
     elif policy is not None and len(candidates) > 1:
         cluster = policy.choose(probe, candidates, round)
         chosen = next(c for c in candidates if c.cluster == cluster)
-    result = trainer.train(chosen.weights, config, round, anchors)
+    return TrainPlan(chosen, tuple(anchors), importance, probe.samples)
+
+
+def plan_cohort_task(
+    trainer: LocalTrainer, task: TrainTask, round: int
+) -> TrainPlan | None:
+    """`plan_training` for a task a cohort may train: its candidates probed as
+    `train` probes them; None for a mixture policy's task (it trains alone)."""
+    trainer.check_budget(task.config)
+    identity = task.identity
+    policy = make_policy(identity.name, identity.params) if identity else None
+    if isinstance(policy, MixturePolicy) or task.mixture is not None:
+        return None
+    return plan_training(trainer, candidates_of(task), policy, task.config, round)
+
+
+def candidates_of(task: TrainTask) -> list[Candidate]:
+    """The models a train task offers, as an identity policy sees them."""
+    return [
+        Candidate(model_key(m.cluster), m.weights, m.last_update) for m in task.models
+    ]
+
+
+def finish_training(
+    plan: TrainPlan, result: TrainResult, config: TrainConfig
+) -> tuple[ModelKey, TrainResult]:
+    """The trained model's key and result, checked; probing costs simulated
+    compute too, so its samples count like training's."""
     _check_result(result, config)
-    # Probing costs simulated compute too: count its samples like training's.
-    return chosen.cluster, replace(
+    return plan.chosen.cluster, replace(
         result,
-        samples_seen=result.samples_seen + probe.samples,
-        importance=importance,
+        samples_seen=result.samples_seen + plan.probed,
+        importance=plan.importance,
     )
 
 

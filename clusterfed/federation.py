@@ -24,6 +24,7 @@ from clusterfed.actors import ClientSpec, ParameterServer, SimClock
 from clusterfed.actors.asynchronous import AsyncDriver
 from clusterfed.actors.availability import schedule
 from clusterfed.actors.clock import WaitAll
+from clusterfed.actors.courier import cohort_in_flight
 from clusterfed.actors.faults import FaultyClientSpec
 from clusterfed.actors.runtimes import Runtime
 from clusterfed.actors.spec import PrivacyPlan, privacy_summary
@@ -65,6 +66,7 @@ def build_server(
         max_weight_ratio=s.max_weight_ratio,
         n_classes=plan.dataset.n_classes,
         n_features=math.prod(plan.dataset.input_shape),
+        max_in_flight=cohort_in_flight(s.compute.cohort, runtime.parallelism),
     )
 
 

@@ -33,7 +33,7 @@ import ray
 from clusterfed.types import ClientId
 
 from ..client import ClientState
-from ..host import ClientHost, compute_on_one_thread
+from ..host import ClientHost, WaitingRequests, compute_on_one_thread
 from ..spec import ClientSpec
 from .base import KEEP_AT_LEAST, KEPT_BYTES
 
@@ -44,6 +44,8 @@ class RayClientHost:
     def __init__(self, specs: Sequence[ClientSpec], federation: Any) -> None:
         compute_on_one_thread()
         self.host = ClientHost()
+        self._waiting = WaitingRequests(self.host)
+        self._lock: asyncio.Lock | None = None  # made on the actor's loop
         self.joins = joins = self.host.add(specs)
         # Ray re-runs the constructor when it restarts a dead host: its clients
         # then announce themselves again, as a client back from a crash would.
@@ -67,12 +69,17 @@ class RayClientHost:
         return self.host.remove(client, reason)
 
     async def handle(self, client: int, data: bytes) -> bytes | None:
+        if self.host.cohort > 1:
+            # Calls that arrive together are served together (cohorts).
+            if self._lock is None:
+                self._lock = asyncio.Lock()
+            return await self._waiting.serve(client, data, self._lock, _yield)
         return await self.host.handle(client, data)
 
     async def handle_parts(self, client: int, head: bytes, body: bytes) -> bytes | None:
         """`handle(client, head + body)`; Ray resolves a body sent as an
         object reference from its object store."""
-        return await self.host.handle(client, head + body)
+        return await self.handle(client, head + body)
 
     def states(self) -> dict[ClientId, ClientState]:
         return self.host.states()
@@ -273,3 +280,8 @@ class RayRuntime:
     def _placed(self, host: Any, specs: Sequence[ClientSpec]) -> None:
         for spec in specs:
             self.home[spec.id] = host
+
+
+async def _yield() -> None:
+    """Let the calls that arrived with this one queue up."""
+    await asyncio.sleep(0)
