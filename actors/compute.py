@@ -96,11 +96,11 @@ def check_device(name: str) -> None:
 
 
 def device_kind(name: str) -> Literal["cpu", "cuda", "mps"]:
-    """ "cpu", "cuda" or "mps" for a device name of `DEVICE_FORMS`."""
+    """The kind of a device name of `DEVICE_FORMS`: "cpu", "cuda" or "mps"."""
     kind = torch.device(name).type
-    if kind == "cuda" or kind == "mps":
-        return kind
-    return "cpu"
+    if kind == "cuda":
+        return "cuda"
+    return "mps" if kind == "mps" else "cpu"
 
 
 def start_method(name: str) -> Literal["fork", "spawn"]:

@@ -67,7 +67,11 @@ class _Worker:
             end.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _BUFFER)
         # Spawn for CUDA runs (see `compute.start_method`): no CUDA state
         # crosses a fork; the sockets travel to the new interpreter.
-        context = multiprocessing.get_context(start_method)
+        context = (
+            multiprocessing.get_context("spawn")
+            if start_method == "spawn"
+            else multiprocessing.get_context("fork")
+        )
         self.process: BaseProcess = context.Process(
             target=serve,
             args=(theirs, ours, os.getpid()),
