@@ -124,10 +124,8 @@ def main() -> None:
     devices = args.devices or ["cpu", args.device]
     workloads = [w for w in WORKLOADS if not args.only or w in args.only]
     timings: list[Timing] = []
-    print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads,"
-        f" CUDA {'yes: ' + torch.cuda.get_device_name() if torch.cuda.is_available() else 'no'}"
-    )
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, GPU {gpu}")
     print(
         f"{'workload':16} {'device':7} {'cohort':>6} {'round0 s':>9}"
         f" {'later s':>8} {'peak MiB':>9}"
