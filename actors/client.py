@@ -264,11 +264,9 @@ class Client:
     def start_training(self, data: bytes) -> TrainJob | bytes | None:
         """A train request this client can train in a cohort (`cohort.py`):
         decoded, probed and planned, as a `TrainJob`; the encoded error reply
-        if planning failed; None if `handle` must serve it alone (not a train
-        task, a private client, a mixture task, a misbehaviour due, bytes
-        that do not decode)."""
-        if self.spec.privacy is not None:
-            return None
+        if planning failed (a spent privacy budget, say); None if `handle`
+        must serve it alone (not a train task, a mixture task, a misbehaviour
+        due, bytes that do not decode)."""
         try:
             request = decode(data)
         except ProtocolError:

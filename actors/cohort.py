@@ -25,8 +25,8 @@ last bits of the floating-point results only. On a GPU the batched kernels
 may pick other algorithms for other batch counts; docs/runtimes.md says what
 is and is not bit-identical there.
 
-Private (DP) tasks and FedEM's mixture tasks do not come here: they train
-alone (see `host.py`).
+Private (DP) tasks train as a private cohort (`cohort_dp.py`); FedEM's
+mixture tasks do not come here: they train alone (see `host.py`).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def cohort_key(task: CohortTask) -> tuple[Any, ...]:
     return (id(task.trainer.model), task.config.model_dump_json())
 
 
-class _Layout:
+class Layout:
     """Where each parameter of the model lives in a flat weight vector (the
     order of `get_flat`)."""
 
@@ -81,14 +81,24 @@ class _Layout:
         self.buffers = dict(model.named_buffers())
         self.size = offset
 
+    @property
+    def names(self) -> list[str]:
+        return [name for name, *_ in self.slots]
+
+    def views(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Each parameter of every row of [rows, weights] `flat`, as views."""
+        rows = flat.shape[0]
+        return {
+            name: flat[:, a:b].view(rows, *shape) for name, a, b, shape in self.slots
+        }
+
     def leaves(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         """Each parameter of every row of [rows, weights] `flat`, as leaves
         of a new autograd graph (one gradient each: a gradient through a
         slice of one flat leaf would write the whole vector per parameter)."""
-        rows = flat.shape[0]
         return {
-            name: flat[:, a:b].view(rows, *shape).detach().requires_grad_(True)
-            for name, a, b, shape in self.slots
+            name: view.detach().requires_grad_(True)
+            for name, view in self.views(flat.detach()).items()
         }
 
     def flat_grad(self, leaves: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -105,8 +115,8 @@ def train_cohort(tasks: Sequence[CohortTask]) -> list[TrainResult]:
     """Train every task as one cohort; the results in the order of `tasks`.
 
     Raises:
-        ValueError: tasks of different `cohort_key`s, a private trainer (DP
-            trains alone), or a proximal coefficient that is not finite and
+        ValueError: tasks of different `cohort_key`s, private (DP) tasks
+            beside others, or a proximal coefficient that is not finite and
             >= 0.
     """
     if not tasks:
@@ -114,14 +124,19 @@ def train_cohort(tasks: Sequence[CohortTask]) -> list[TrainResult]:
     config = tasks[0].config
     if any(cohort_key(t) != cohort_key(tasks[0]) for t in tasks):
         raise ValueError("a cohort needs one model architecture and one config")
-    if any(t.trainer.privacy is not None for t in tasks):
-        raise ValueError("a private (DP) task trains alone, not in a cohort")
+    private = [t.trainer.privacy is not None for t in tasks]
+    if any(private):
+        if not all(private):
+            raise ValueError("a cohort is private (DP) for every task or none")
+        from .cohort_dp import train_private_cohort
+
+        return train_private_cohort(tasks)
     device = tasks[0].trainer.device
-    layout = _Layout(tasks[0].trainer.model)
+    layout = Layout(tasks[0].trainer.model)
     start = torch.from_numpy(np.stack([np.asarray(t.weights) for t in tasks]))
     start = start.to(device)
     weights = start.clone()
-    pulls = _pulls(tasks, start, config.mu)
+    pulls = proximal_pulls(tasks, start, config.mu)
     momentum: torch.Tensor | None = None  # every client steps in the first step
     schedules = [_batches(t, config) for t in tasks]
     # float64 as `LocalTrainer` sums them (MPS has no float64).
@@ -158,7 +173,7 @@ def train_cohort(tasks: Sequence[CohortTask]) -> list[TrainResult]:
         rows_momentum = None
         if momentum is not None:
             rows_momentum = momentum if everyone else momentum.index_select(0, index)
-        new, buf = _sgd(flat, grad, rows_momentum, config)
+        new, buf = sgd_rows(flat, grad, rows_momentum, config)
         if everyone:
             weights, momentum = new, buf
         else:
@@ -178,7 +193,7 @@ def train_cohort(tasks: Sequence[CohortTask]) -> list[TrainResult]:
     ]
 
 
-def _pulls(
+def proximal_pulls(
     tasks: Sequence[CohortTask], start: torch.Tensor, mu: float
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The proximal pulls as (anchors [rows, weights], coefficients [rows]),
@@ -238,7 +253,7 @@ def _padded(batch: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tensor]
 
 
 def _step_loss(
-    layout: _Layout,
+    layout: Layout,
 ) -> Callable[..., torch.Tensor]:
     """One client's mean mini-batch cross-entropy (padding weighs 0)."""
 
@@ -255,7 +270,7 @@ def _step_loss(
     return loss
 
 
-def _sgd(
+def sgd_rows(
     weights: torch.Tensor,
     grad: torch.Tensor,
     momentum: torch.Tensor | None,

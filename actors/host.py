@@ -94,9 +94,10 @@ class ClientHost:
 
         Train tasks a cohort can take (`Client.start_training`) train in
         cohorts of at most `cohort` tasks of one model and one config, in
-        the order they came; the others are served alone, in order. Private
-        (DP) clients, FedEM's mixture tasks and misbehaving clients train
-        alone. A client's numbers do not depend on its cohort (`cohort.py`).
+        the order they came (private clients' as private cohorts,
+        `cohort_dp.py`); the others are served alone, in order: FedEM's
+        mixture tasks and a misbehaving client's tasks train alone. A
+        client's numbers do not depend on its cohort (`cohort.py`).
         """
         replies: list[bytes | None | Exception] = [None] * len(requests)
         jobs: dict[tuple[object, ...], list[tuple[int, Client, TrainJob]]] = {}

@@ -128,7 +128,7 @@ def _cohort_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 @pytest.mark.parametrize(
     ("changes", "joins"),
     [
-        ({"dp": {"epsilon": 50}}, False),  # DP trains alone
+        ({"dp": {"epsilon": 50}}, True),  # DP as a private cohort
         ({"algorithm": "fedem"}, False),  # a mixture task trains alone
         ({"algorithm": "ifca"}, True),  # probes alone, then trains in a cohort
         ({"algorithm": "fedsoft"}, True),  # importance probes, anchors in cohort

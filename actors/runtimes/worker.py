@@ -100,10 +100,13 @@ def _serve_cohort(
 ) -> Frame | None:
     """Answer `first` and the requests already waiting behind it (up to the
     host's cohort) together, so their train tasks can train as one cohort
-    (`ClientHost.handle_many`), each answered in order. Returns the frame
-    that ended the read-ahead (neither a request nor a kept body), to be
-    handled next; None if none was read."""
+    (`ClientHost.handle_many`), each answered in order. A client's state
+    asked for behind its request (a private client's accountant) is read
+    after the cohort trained, so it holds that training. Returns the frame
+    that ended the read-ahead (neither a request, a state nor a kept body),
+    to be handled next; None if none was read."""
     batch: list[tuple[int, bytes | Exception]] = [_delivered(kept, first)]
+    order: list[tuple[int, int, bytes]] = [(first[0], first[1], b"")]
     stop: Frame | None = None
     while len(batch) < host.cohort and _waiting(sock):
         frame = _read_frame(sock)
@@ -116,12 +119,25 @@ def _serve_cohort(
             kept.pop(client_id, None)
         elif kind in (frames.DELIVER, frames.CITE):
             batch.append(_delivered(kept, frame))
+            order.append((kind, client_id, b""))
+        elif kind == frames.STATE:
+            order.append(frame)
         else:
             stop = frame
             break
     ready = [(cid, data) for cid, data in batch if isinstance(data, bytes)]
     replies = iter(loop.run_until_complete(host.handle_many(ready)))
-    for cid, data in batch:
+    requests = iter(batch)
+    for kind, client_id, body in order:
+        if kind == frames.STATE:
+            try:
+                state = answer(loop, host, kept, kind, client_id, body)
+            except Exception as exc:
+                _send_error(sock, client_id, exc)
+                continue
+            _send_reply(sock, client_id, state)
+            continue
+        cid, data = next(requests)
         reply = data if isinstance(data, Exception) else next(replies)
         if isinstance(reply, Exception):
             _send_error(sock, cid, reply)
