@@ -118,7 +118,7 @@ def main() -> None:
     parser.add_argument(
         "--devices", nargs="*", help="devices to run (default: cpu and --device)"
     )
-    parser.add_argument("--cohort", type=int, default=1000, help="cohort on")
+    parser.add_argument("--cohort", type=int, default=64, help="cohort size when on")
     parser.add_argument("--only", nargs="*", default=[], help="these workloads")
     args = parser.parse_args()
     devices = args.devices or ["cpu", args.device]
