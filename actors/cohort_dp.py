@@ -74,7 +74,10 @@ def train_private_cohort(tasks: Sequence[CohortTask]) -> list[TrainResult]:
     # Opacus' sampling rate as its accountant and `scale_grad` read it.
     rates = [poisson_steps(t.trainer.n_train, config.batch_size)[0] for t in tasks]
     expected = [int(t.trainer.n_train * r) for t, r in zip(tasks, rates, strict=True)]
-    totals = [0.0] * len(tasks)
+    # Loss sums stay on the device (no sync a step), in float64 as
+    # `LocalTrainer` sums them (MPS has no float64).
+    total_dtype = torch.float32 if device.type == "mps" else torch.float64
+    totals = [torch.zeros((), dtype=total_dtype, device=device) for _ in tasks]
     seen = [0] * len(tasks)
     per_sample = _per_sample_grads(layout)
     for step in range(max(len(s) for s in schedules)):
@@ -87,7 +90,7 @@ def train_private_cohort(tasks: Sequence[CohortTask]) -> list[TrainResult]:
         for r, c in enumerate(rows):
             size = len(schedules[c][step])
             if size:  # an empty Poisson batch: noise only, no loss
-                totals[c] += losses[r] * size
+                totals[c] = totals[c] + losses[r].to(total_dtype) * size
                 seen[c] += size
         noisy = torch.stack(
             [
@@ -118,7 +121,10 @@ def train_private_cohort(tasks: Sequence[CohortTask]) -> list[TrainResult]:
     for c, task in enumerate(tasks):
         # Every batch empty (a tiny client, bad luck): the received model's
         # training loss, as `LocalTrainer` reports it.
-        loss = totals[c] / seen[c] if seen[c] else task.trainer.loss(task.weights)
+        if seen[c]:
+            loss = totals[c].item() / seen[c]
+        else:
+            loss = task.trainer.loss(task.weights)
         results.append(
             TrainResult(
                 deltas[c].astype(np.float32, copy=True),
@@ -184,9 +190,9 @@ def _clipped_sums(
     flat: torch.Tensor,
     layout: Layout,
     per_sample: Callable[..., tuple[dict[str, torch.Tensor], torch.Tensor]],
-) -> tuple[torch.Tensor, list[float]]:
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """Each row's sum of clipped per-sample gradients ([rows, weights]) and
-    its mean batch loss (0 for an empty batch)."""
+    its mean batch loss, on the device (0 for an empty batch)."""
     device = flat.device
     size = max(1, max(len(schedules[c][step]) for c in rows))
     xs, ys, weights = [], [], []
@@ -220,7 +226,7 @@ def _clipped_sums(
     means = []
     for r, c in enumerate(rows):
         real = len(schedules[c][step])
-        means.append(losses[r, :real].mean().item() if real else 0.0)
+        means.append(losses[r, :real].mean() if real else losses.new_zeros(()))
     return summed, means
 
 

@@ -162,3 +162,19 @@ def test_a_cuda_run_gives_the_same_rows_inline_and_in_spawned_workers(
     inline = run(scenario, out=tmp_path / "inline", workers=1)
     workers = run(scenario, out=tmp_path / "workers", workers=2)
     assert _rows(inline.out) == _rows(workers.out)
+
+
+def test_device_cpu_cohort_20_equals_todays_run_up_to_rounding(
+    tmp_path: Path,
+) -> None:
+    base = ["run", "quickstart", "--rounds", "2", "--clients", "6", "--quiet"]
+    assert main([*base, "--out", str(tmp_path / "a")]) == 0
+    cohort = ["--device", "cpu", "--cohort", "20"]
+    assert main([*base, *cohort, "--out", str(tmp_path / "b")]) == 0
+    for a, b in zip(_rows(tmp_path / "a"), _rows(tmp_path / "b"), strict=True):
+        for x, y in zip(a["clients"], b["clients"], strict=True):
+            assert x["cluster"] == y["cluster"]
+            assert x["train_loss"] == pytest.approx(y["train_loss"], rel=1e-5)
+            assert x["loss"] == pytest.approx(y["loss"], rel=1e-4)
+    config = json.loads((tmp_path / "b" / "config.json").read_text())
+    assert config["scenario"]["compute"] == {"device": "cpu", "cohort": 20}
