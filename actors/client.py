@@ -76,6 +76,7 @@ def _update_reply(cluster: ModelKey, result: TrainResult) -> UpdateReply:
         samples_seen=result.samples_seen,
         epsilon=result.epsilon,
         importance=result.importance,
+        losses=result.losses,
         components=result.components,
     )
 

@@ -267,6 +267,7 @@ class Round:
             n_samples=n_samples,
             loss=reply.loss,
             importance=reply.importance,
+            losses=reply.losses,
             deltas=deltas_of(reply, plan) if is_mixture(plan.identity) else None,
         )
 

@@ -51,6 +51,8 @@ class TrainResult:
     # The client's weight for each model of the task (FedSoft), or its new
     # mixture weights (FedEM), in task order.
     importance: tuple[float, ...] | None = None
+    # Each model's mean training loss before training (FedDrift), in task order.
+    losses: tuple[float, ...] | None = None
     # A mixture task's (FedEM's) deltas of the models other than `delta`'s,
     # in task order.
     components: tuple[np.ndarray, ...] | None = None

@@ -13,7 +13,7 @@ here:
   (`samples_seen`) than the task could take (`max_samples_seen`), an
   evaluation of a model that was not asked, a histogram of another length
   than the dataset's class count or another total than the client's
-  `n_train`.
+  `n_train`, importance weights or losses that do not fit the task's rule.
 
 Each check returns the reason a person reads in `rounds.jsonl`, or None.
 """
@@ -31,7 +31,9 @@ from clusterfed.algorithms import (
     ServerState,
     TaskPlan,
     is_mixture,
+    lowest,
     reports_importance,
+    reports_losses,
 )
 from clusterfed.protocol import (
     ClassHistogram,
@@ -104,6 +106,8 @@ def check_update(
             f"delta has shape {payload.delta.shape}, the model has {n_weights} weights"
         )
     if (problem := importance_problem(payload, plan)) is not None:
+        return problem
+    if (problem := losses_problem(payload, plan)) is not None:
         return problem
     if (problem := components_problem(payload, plan, n_weights)) is not None:
         return problem
@@ -221,6 +225,33 @@ def importance_problem(payload: UpdateReply, plan: TaskPlan) -> str | None:
         return (
             f"importance weights sum to {total:.9g}, not 1"
             f" (within {IMPORTANCE_TOLERANCE:g})"
+        )
+    return None
+
+
+def losses_problem(payload: UpdateReply, plan: TaskPlan) -> str | None:
+    """Why an update's reported losses do not fit its task, or None.
+
+    A task whose identity rule reports losses (FedDrift's) is answered with
+    one loss per model sent, and the model trained is the one of the lowest
+    (ties: the first), as the rule trains; any other task with none. The
+    codec has already bounded each loss to [0, MAX_LOSS]."""
+    wanted = reports_losses(plan.identity)
+    losses = payload.losses
+    if losses is None:
+        if wanted:
+            return f"no losses, which the {plan.identity} rule reports"
+        return None
+    if not wanted:
+        return "losses for a task that asked for none"
+    if len(losses) != len(plan.models):
+        return f"{len(losses)} losses for the {len(plan.models)} models sent"
+    keys = list(plan.models)
+    best = keys[lowest(losses)]
+    if model_key(payload.cluster) != best:
+        return (
+            f"update for {_model(payload.cluster)}, but the lowest loss"
+            f" reported is {_model(best)}'s"
         )
     return None
 

@@ -16,8 +16,10 @@ from clusterfed.algorithms import (
     Candidate,
     IdentityPolicy,
     ImportancePolicy,
+    LossReportingPolicy,
     MixturePolicy,
     heaviest,
+    lowest,
     make_policy,
 )
 from clusterfed.algorithms.policy import mixture_weights
@@ -46,8 +48,10 @@ def train(
     An importance policy (FedSoft's) weighs every candidate, even a single
     one: the client trains from the one it weighs most, pulled toward each by
     the policy's proximal coefficients, and the weights go back with the
-    result. A mixture policy (FedEM's) trains every candidate from the
-    task's `mixture` weights (`train_mixture`).
+    result. A loss-reporting policy (FedDrift's) scores every candidate, even
+    a single one, trains the lowest, and the scores go back with the result.
+    A mixture policy (FedEM's) trains every candidate from the task's
+    `mixture` weights (`train_mixture`).
 
     Raises:
         ClusterfedError: a mixture policy without the task's weights, or
@@ -70,13 +74,15 @@ def train(
 @dataclass(frozen=True)
 class TrainPlan:
     """What a client trains in a task, decided before training: the model it
-    starts from, its proximal anchors, its importance weights (FedSoft) and
-    the samples its probes read. A cohort (`cohort.py`) trains many plans."""
+    starts from, its proximal anchors, its importance weights (FedSoft), its
+    candidates' losses (FedDrift) and the samples its probes read. A cohort
+    (`cohort.py`) trains many plans."""
 
     chosen: Candidate
     anchors: tuple[Anchor, ...]
     importance: tuple[float, ...] | None
     probed: int
+    losses: tuple[float, ...] | None = None
 
 
 def plan_training(
@@ -91,16 +97,22 @@ def plan_training(
     chosen = candidates[0]
     probe = _Probe(trainer, config.batch_size)
     importance: tuple[float, ...] | None = None
+    losses: tuple[float, ...] | None = None
     anchors: list[Anchor] = []
     if isinstance(policy, ImportancePolicy):
         importance = policy.importance(probe, candidates)
         chosen = candidates[heaviest(importance)]
         pulls = policy.proximal(importance)
         anchors = [(c.weights, k) for c, k in zip(candidates, pulls, strict=True)]
+    elif isinstance(policy, LossReportingPolicy):
+        losses = policy.losses(probe, candidates)
+        for loss in losses:
+            check_loss(loss, "a candidate's probe")
+        chosen = candidates[lowest(losses)]
     elif policy is not None and len(candidates) > 1:
         cluster = policy.choose(probe, candidates, round)
         chosen = next(c for c in candidates if c.cluster == cluster)
-    return TrainPlan(chosen, tuple(anchors), importance, probe.samples)
+    return TrainPlan(chosen, tuple(anchors), importance, probe.samples, losses)
 
 
 def plan_cohort_task(
@@ -133,6 +145,7 @@ def finish_training(
         result,
         samples_seen=result.samples_seen + plan.probed,
         importance=plan.importance,
+        losses=plan.losses,
     )
 
 

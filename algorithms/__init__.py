@@ -18,6 +18,7 @@ from .base import (
     ClientUpdate,
     IdentityPolicy,
     ImportancePolicy,
+    LossReportingPolicy,
     MixturePolicy,
     PeerScore,
     ProbePlan,
@@ -28,7 +29,9 @@ from .base import (
     Want,
     heaviest,
     is_mixture,
+    lowest,
     reports_importance,
+    reports_losses,
 )
 from .diagnostics import Diagnostics
 from .registry import algorithms, identity_policies, make, make_policy, parameters
@@ -42,6 +45,7 @@ __all__ = [
     "Diagnostics",
     "IdentityPolicy",
     "ImportancePolicy",
+    "LossReportingPolicy",
     "MixturePolicy",
     "PeerScore",
     "ProbePlan",
@@ -57,10 +61,12 @@ __all__ = [
     "heaviest",
     "identity_policies",
     "is_mixture",
+    "lowest",
     "make",
     "make_policy",
     "parameters",
     "reports_importance",
+    "reports_losses",
     "sum_per_cluster",
     "weighted_mean",
 ]

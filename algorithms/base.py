@@ -15,8 +15,9 @@ argument), always in the same order, so a scenario and a seed fix every draw.
 
 What the hooks exchange (`ClientInfo`, `TaskPlan`, `ClientUpdate`,
 `ServerState`…) is in `records.py`; the policies a client actor runs when a
-task offers several models (`IdentityPolicy`, `ImportancePolicy`) in
-`policy.py`. Both are re-exported here.
+task offers several models (`IdentityPolicy`, `ImportancePolicy`,
+`LossReportingPolicy`, `MixturePolicy`) in `policy.py`. Both are re-exported
+here.
 """
 
 from __future__ import annotations
@@ -41,11 +42,14 @@ from .policy import Candidate as Candidate
 from .policy import ClientProbe as ClientProbe
 from .policy import IdentityPolicy as IdentityPolicy
 from .policy import ImportancePolicy as ImportancePolicy
+from .policy import LossReportingPolicy as LossReportingPolicy
 from .policy import MixturePolicy as MixturePolicy
 from .policy import SampleLossProbe as SampleLossProbe
 from .policy import heaviest as heaviest
 from .policy import is_mixture as is_mixture
+from .policy import lowest as lowest
 from .policy import reports_importance as reports_importance
+from .policy import reports_losses as reports_losses
 from .records import ClientInfo as ClientInfo
 from .records import ClientUpdate as ClientUpdate
 from .records import PeerScore as PeerScore

@@ -1,7 +1,8 @@
 """Client-side policies: what runs inside a client actor when a task offers
 several models — an identity policy picks the one it trains (IFCA, the
 gradient–loss rule), an importance policy weighs them all (FedSoft), a
-mixture policy trains them all (FedEM)."""
+loss-reporting policy picks one and sends every model's loss back
+(FedDrift), a mixture policy trains them all (FedEM)."""
 
 from __future__ import annotations
 
@@ -94,6 +95,32 @@ class ImportancePolicy(IdentityPolicy):
         return candidates[heaviest(weights)].cluster
 
 
+class LossReportingPolicy(IdentityPolicy):
+    """A client policy that scores every candidate by its mean loss on the
+    client's training samples, trains the lowest (ties: the first), and
+    returns all the scores with its update (`UpdateReply.losses`,
+    `ClientUpdate.losses`), even for a single candidate; the server refuses
+    an update of such a task without them (FedDrift's drift detection and
+    loss distances are computed from them)."""
+
+    def losses(
+        self, probe: ClientProbe, candidates: Sequence[Candidate]
+    ) -> tuple[float, ...]:
+        """The mean training loss of each candidate, in candidate order."""
+        return tuple(float(probe.loss(c.weights)) for c in candidates)
+
+    def choose(
+        self, probe: ClientProbe, candidates: Sequence[Candidate], round: int
+    ) -> ModelKey:
+        """The candidate of the lowest loss (ties: the first)."""
+        return candidates[lowest(self.losses(probe, candidates))].cluster
+
+
+def lowest(losses: Sequence[float]) -> int:
+    """The index of the smallest loss (ties: the first)."""
+    return int(np.argmin(np.asarray(losses, dtype=np.float64)))
+
+
 class MixturePolicy(IdentityPolicy):
     """A client policy that trains every candidate, each on its own share of
     every sample (a mixture of models: FedEM's).
@@ -145,6 +172,12 @@ def reports_importance(identity: str | None) -> bool:
     weights)."""
     policy = _policy(identity)
     return policy is not None and issubclass(policy, ImportancePolicy | MixturePolicy)
+
+
+def reports_losses(identity: str | None) -> bool:
+    """Whether the identity rule `identity` names reports every model's loss."""
+    policy = _policy(identity)
+    return policy is not None and issubclass(policy, LossReportingPolicy)
 
 
 def is_mixture(identity: str | None) -> bool:

@@ -120,6 +120,10 @@ class ClientUpdate:
     """An importance policy's weights (FedSoft's), or a mixture policy's new
     mixture weights (FedEM's), one per model sent in the task's order,
     summing to 1; None for any other task."""
+    losses: tuple[float, ...] | None = None
+    """A loss-reporting policy's scores (FedDrift's): the mean training loss
+    of each model sent, in the task's order, measured before training; None
+    for any other task."""
     deltas: Mapping[ModelKey, np.ndarray] | None = None
     """A mixture policy's (FedEM's) change of every model sent, `delta`'s
     included; None for any other task."""

@@ -46,6 +46,8 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "fedsoft": ("fedsoft-rotated", {"rounds": 1}),
     # PACFL clusters the clients' data subspaces before its first round.
     "pacfl": ("pacfl-labels", {"rounds": 1}),
+    # FedDrift: client 1's drift (round 5) flagged, its cluster open in round 6.
+    "feddrift": ("feddrift-swap", {"rounds": 7}),
     # FedEM: every client trains all 3 components and is scored by its mixture.
     "fedem": ("fedem-dirichlet", {"rounds": 1}),
 }

@@ -87,6 +87,29 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
         ["test_fedac.py", "test_strategy_conformance.py"],
     ),
     "cafa": (["algorithms/cafa.py"], ["test_cafa.py", "test_strategy_conformance.py"]),
+    # issue 36's clustered baselines, each with its own tests and the suite
+    "flhc": (["algorithms/flhc.py"], ["test_flhc.py", "test_strategy_conformance.py"]),
+    "fesem": (
+        ["algorithms/fesem.py"],
+        ["test_fesem.py", "test_strategy_conformance.py"],
+    ),
+    "pacfl": (
+        ["algorithms/pacfl.py", "algorithms/_subspace.py"],
+        ["test_pacfl.py", "test_strategy_conformance.py"],
+    ),
+    "fedsoft": (
+        ["algorithms/fedsoft.py", "algorithms/fedsoft_client.py"],
+        ["test_fedsoft.py", "test_strategy_conformance.py"],
+    ),
+    "fedem": (
+        [
+            "algorithms/fedem.py",
+            "algorithms/fedem_client.py",
+            "algorithms/policy.py",
+            "actors/mixture.py",
+        ],
+        ["test_fedem.py", "test_identity.py", "test_strategy_conformance.py"],
+    ),
     "base": (
         [
             "algorithms/robust.py",

@@ -2,6 +2,7 @@
 paper scenario and algorithm, and the projected time of the full page.
 
     python bench/paper_scale_cost.py [--rounds 3] [--seeds 3] [--only gradloss ifca]
+        [--scenarios flhc fesem]
 
 Runs `--rounds` rounds of every (scenario, algorithm, settings) the paper-scale
 reproduction runs, once, and prints round 0 and the median of the later
@@ -42,6 +43,25 @@ RUNS: list[tuple[str, str, tuple[str, ...], int]] = [
     ("cafa-mix-fmnist", "cafa", (), 2),
     ("cafa-mix-fmnist", "fedavg", (), 2),
     ("cafa-mix-fmnist", "fedprox", (), 2),
+    # The clustered baselines' own experiments (bench/reproduce/baselines.py).
+    ("flhc-swap-fmnist", "flhc", (), 1),
+    ("flhc-swap-fmnist", "fedavg", (), 1),
+    ("fesem-rotated-fmnist", "fesem", (), 1),
+    ("fesem-rotated-fmnist", "fedavg", (), 1),
+    ("fesem-rotated-fmnist", "ifca", (), 1),
+    ("pacfl-labels-fmnist", "pacfl", (), 1),
+    ("pacfl-labels-fmnist", "fedavg", (), 1),
+    ("pacfl-labels-fmnist", "ifca", (), 1),
+    ("fedsoft-rotated-fmnist", "fedsoft", (), 1),
+    ("fedsoft-rotated-fmnist", "ifca", (), 1),
+    ("fedsoft-rotated-fmnist", "fedavg", (), 1),
+    ("fedem-dirichlet-fmnist", "fedem", (), 1),
+    ("fedem-dirichlet-fmnist", "fedavg", (), 1),
+    ("fedem-dirichlet-fmnist", "fedprox", (), 1),
+    ("feddrift-swap-fmnist", "feddrift", (), 1),
+    ("feddrift-swap-fmnist", "feddrift-eager", (), 1),
+    ("feddrift-swap-fmnist", "fedavg", (), 1),
+    ("feddrift-swap-fmnist", "ifca", (), 1),
 ]
 
 
@@ -52,11 +72,19 @@ def main() -> None:
     parser.add_argument(
         "--only", nargs="*", default=[], help="these algorithms only (default: all)"
     )
+    parser.add_argument(
+        "--scenarios",
+        nargs="*",
+        default=[],
+        help="scenarios whose name starts with one of these (default: all)",
+    )
     args = parser.parse_args()
     total = 0.0
     print(f"{'scenario':24} {'algorithm':9} {'sets':10} round0  later  runs  projected")
     for scenario, algorithm, sets, share in RUNS:
         if args.only and algorithm not in args.only:
+            continue
+        if args.scenarios and not scenario.startswith(tuple(args.scenarios)):
             continue
         with tempfile.TemporaryDirectory() as tmp:
             result = clusterfed.run(

@@ -22,6 +22,7 @@ from clusterfed.algorithms import (
     is_mixture,
     make,
     reports_importance,
+    reports_losses,
 )
 from clusterfed.types import ClientId, ModelKey
 
@@ -66,6 +67,7 @@ def updates(plans: Sequence[TaskPlan], ok: bool = True) -> list[ClientUpdate]:
                     20,
                     1.0,
                     importance=importance(plan),
+                    losses=losses(plan),
                     deltas=mixture_deltas(plan, cluster, delta),
                 )
             )
@@ -81,6 +83,15 @@ def importance(plan: TaskPlan) -> tuple[float, ...] | None:
     if not reports_importance(plan.identity):
         return None
     return (1.0,) + (0.0,) * (len(plan.models) - 1)
+
+
+def losses(plan: TaskPlan) -> tuple[float, ...] | None:
+    """For a task whose rule reports losses (FedDrift's), as the server
+    requires: the same loss for every model sent, so the model trained (the
+    first sent) is the lowest; else None."""
+    if not reports_losses(plan.identity):
+        return None
+    return (1.0,) * len(plan.models)
 
 
 def mixture_deltas(

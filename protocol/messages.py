@@ -235,6 +235,17 @@ class UpdateReply(_Frozen):
         " models, every one but `cluster`, in the task's order; `delta` is"
         " `cluster`'s. Not sent for any other task",
     )
+    losses: tuple[Loss, ...] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_MODELS,
+        fail_fast=True,
+        # Absent from the wire while None, as `importance` is.
+        exclude_if=lambda value: value is None,
+        description="a loss-reporting rule's scores (FedDrift's): the mean"
+        " training loss of each model of the task, in its order, measured"
+        " before training; not sent for any other task",
+    )
 
 
 class EvaluateTask(_Frozen):

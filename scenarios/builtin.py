@@ -99,6 +99,8 @@ BUILTIN: dict[str, Callable[[], Scenario]] = {
     "pacfl-labels-fmnist": baselines.pacfl_labels_fmnist,
     "fedsoft-rotated": baselines.fedsoft_rotated,
     "fedsoft-rotated-fmnist": baselines.fedsoft_rotated_fmnist,
+    "feddrift-swap": baselines.feddrift_swap,
+    "feddrift-swap-fmnist": baselines.feddrift_swap_fmnist,
     "fedem-dirichlet": baselines.fedem_dirichlet,
     "fedem-dirichlet-fmnist": baselines.fedem_dirichlet_fmnist,
     # The clustered-FL benchmark's settings (bench/benchmark.py; Fashion-MNIST).

@@ -26,7 +26,8 @@ from clusterfed.scenarios import load_scenario, with_overrides
 from helpers import small_scenario
 
 HONOURING = (
-    "cafa, cfl, dcfl, fedac, fedacp, fedavg, fedprox, flhc, gradloss, ifca, ocfl, pacfl"
+    "cafa, cfl, dcfl, fedac, fedacp, fedavg, feddrift, feddrift-eager, fedprox,"
+    " flhc, gradloss, ifca, ocfl, pacfl"
 )
 
 

@@ -155,7 +155,13 @@ def _lines(path: Path) -> int:
     return path.read_bytes().count(b"\n") if path.exists() else 0
 
 
-@pytest.mark.parametrize("text", [EVENTS, PRIVATE], ids=["events", "dp"])
+# FedEM keeps each client's mixture weights in its state: they must survive.
+MIXTURE = EVENTS.replace("seed = 3\n", 'seed = 3\nalgorithm = "fedem"\n', 1)
+
+
+@pytest.mark.parametrize(
+    "text", [EVENTS, PRIVATE, MIXTURE], ids=["events", "dp", "fedem"]
+)
 def test_a_killed_run_resumes_to_the_rounds_of_an_uninterrupted_one(
     tmp_path: Path, text: str
 ) -> None:

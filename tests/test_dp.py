@@ -15,8 +15,9 @@ from torch import nn
 
 import clusterfed
 from clusterfed.actors import Client, InlineRuntime, LocalTrainer, build_trainer
-from clusterfed.actors.privacy import PrivacyBudgetError, PrivateTraining
+from clusterfed.actors.privacy import PrivacyBudgetError, PrivateTraining, epsilon_of
 from clusterfed.algorithms import algorithms
+from clusterfed.data import ClientSplit
 from clusterfed.errors import ClusterfedError, ScenarioError
 from clusterfed.federation import Federation
 from clusterfed.models import build_model, get_flat, n_parameters
@@ -47,14 +48,13 @@ TOLERANCE = 0.01
 
 
 def _opacus_epsilon(history: list[tuple[float, float, int]], delta: float) -> float:
-    """ε from Opacus' RDP accountant called directly, over the integer orders of
-    its default list (the orders clusterfed plans and reports with)."""
+    """ε from Opacus' RDP accountant called directly, at its default orders
+    (the ones clusterfed plans and reports with)."""
     from opacus.accountants import RDPAccountant
 
     accountant = RDPAccountant()
     accountant.history = list(history)
-    orders = [a for a in RDPAccountant.DEFAULT_ALPHAS if a == int(a)]
-    return float(accountant.get_epsilon(delta, alphas=orders))
+    return float(accountant.get_epsilon(delta))
 
 
 def _opacus_loader(n: int, batch_size: int) -> tuple[float, int]:
@@ -143,6 +143,45 @@ def test_each_client_plans_its_noise_over_its_own_participation() -> None:
         assert _opacus_epsilon([(sigma * 0.98, rate, privacy.steps)], 1e-5) > 10
     assert len({s.privacy.run_id for s in plan.clients}) == 1  # type: ignore[union-attr]
     assert plan_run(scenario).run_id != plan.run_id  # books never cross runs
+
+
+def _opacus_plan(rate: float, steps: int) -> float:
+    """σ from Opacus' own planner at its default orders."""
+    from opacus.accountants.utils import get_noise_multiplier
+
+    return float(
+        get_noise_multiplier(
+            target_epsilon=10,
+            target_delta=1e-5,
+            sample_rate=rate,
+            steps=steps,
+            accountant="rdp",
+        )
+    )
+
+
+def test_sigma_and_epsilon_are_opacus_own_at_its_default_orders() -> None:
+    # Every client of a run with joiners, the joiners' shorter plans
+    # included: the planned σ is what Opacus' planner gives, and the books'
+    # ε after any steps is its accountant's, bit for bit.
+    scenario = small_scenario(rounds=5, dp=DP, events=[Join(start=2, every=1)])
+    plan = plan_run(scenario)
+    split = ClientSplit(np.asarray(plan.clients[0].train), np.asarray([0]), 0)
+    joiners = [plan.client_spec(20 + r, split, 0, 0, first_round=r) for r in (2, 4)]
+    specs = [*plan.clients, *joiners]
+    assert {s.privacy.rounds for s in specs} == {5, 3, 1}  # type: ignore[union-attr]
+    for spec in specs:
+        privacy = spec.privacy
+        assert privacy is not None
+        rate, steps = privacy.sample_rate, privacy.steps
+        assert privacy.noise_multiplier == _opacus_plan(rate, steps)
+        for taken in (1, steps // 2, steps):
+            history = ((privacy.noise_multiplier, rate, taken),)
+            ours = epsilon_of("rdp", history, 1e-5)
+            assert ours == _opacus_epsilon(list(history), 1e-5)
+    # Two entries (a drift's new rate), as the books keep them.
+    two = ((1.1, 0.05, 40), (0.9, 0.1, 7))
+    assert epsilon_of("rdp", two, 1e-5) == _opacus_epsilon(list(two), 1e-5)
 
 
 class _Runtime:

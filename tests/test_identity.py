@@ -80,7 +80,9 @@ def test_ifca_identity_is_the_lowest_loss() -> None:
 
 
 def test_bad_policy_names_and_parameters_are_refused() -> None:
-    with pytest.raises(ValueError, match="known: fedem, fedsoft, gradloss, min_loss"):
+    with pytest.raises(
+        ValueError, match="known: feddrift, fedem, fedsoft, gradloss, min_loss"
+    ):
         make_policy("oracle", {})
     with pytest.raises(ValueError, match="lam"):
         make_policy("gradloss", {"lam": 2.0})

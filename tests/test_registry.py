@@ -285,7 +285,7 @@ def test_identity_policies_are_made_by_name_and_refused_whole() -> None:
         make_policy("no-such-policy", {})
     assert str(unknown.value) == (
         "unknown identity policy 'no-such-policy';"
-        " known: fedem, fedsoft, gradloss, min_loss"
+        " known: feddrift, fedem, fedsoft, gradloss, min_loss"
     )
     with pytest.raises(ConfigError) as bad:
         make_policy("gradloss", {"lam": 2.0})

@@ -1,5 +1,6 @@
 """The clustered baselines' own experiments (issue 36): FL+HC, FeSEM, PACFL,
-FedSoft and FedEM, each against the baselines its paper compares with.
+FedSoft, FedEM and FedDrift, each against the baselines its paper compares
+with.
 
 Each paper's claim is its headline comparison, in the words the section
 quotes; a comparison with an algorithm its paper does not run is shown as
@@ -102,6 +103,18 @@ BASELINES = (
         "Table 2: FedEM's accuracy is above FedAvg's and FedProx's",
         "fedem",
         ("fedavg", "fedprox"),
+    ),
+    Baseline(
+        "feddrift-swap",
+        "FedDrift",
+        "FedDrift (Jothimurugesan et al.): new models for drifted clients",
+        "the experiments: under drift FedDrift's accuracy is above FedAvg's"
+        " (one model, oblivious to drift) and IFCA's",
+        "feddrift",
+        ("fedavg", "ifca"),
+        ("feddrift-eager",),
+        quick_rounds=15,  # the change points fall every 5 rounds
+        paper_quick_rounds=10,
     ),
 )
 
