@@ -132,6 +132,7 @@ def _cohort_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         ({"algorithm": "fedem"}, False),  # a mixture task trains alone
         ({"algorithm": "ifca"}, True),  # probes alone, then trains in a cohort
         ({"algorithm": "fedsoft"}, True),  # importance probes, anchors in cohort
+        ({"algorithm": "feddrift"}, True),  # loss probes, then a cohort
     ],
 )
 def test_which_tasks_train_in_cohorts_and_which_alone(
