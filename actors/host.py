@@ -51,6 +51,7 @@ class ClientHost:
     def __init__(self) -> None:
         self.clients: dict[int, Client] = {}
         self.models = ScratchModels()
+        self._cohort = 1  # the largest `compute.cohort` of a client it took
 
     def add(self, specs: Sequence[ClientSpec]) -> list[bytes]:
         """Host new clients; returns the join request each of them sends."""
@@ -61,6 +62,7 @@ class ClientHost:
             if spec.id in self.clients:
                 raise ValueError(f"client {spec.id} is already hosted here")
             client = self.clients[spec.id] = Client(spec, self.models)
+            self._take_cohort(spec)
             joins.append(client.join_request())
         return joins
 
@@ -68,6 +70,7 @@ class ClientHost:
         """A hosted client's new spec (a drift, a straggler, a new link); it
         keeps what it remembers."""
         self._client(spec.id).update(spec)
+        self._take_cohort(spec)
 
     def remove(self, client: int, reason: str) -> bytes:
         """Stop hosting a client; returns the leave notice it sends."""
@@ -80,11 +83,13 @@ class ClientHost:
     @property
     def cohort(self) -> int:
         """The most train tasks this host trains as one computation (its
-        clients' `compute.cohort`); 1: one at a time."""
-        return max(
-            (c.spec.compute.cohort for c in self.clients.values() if c.spec.compute),
-            default=1,
-        )
+        clients' `compute.cohort`: a setting of the run, the same for all);
+        1: one at a time."""
+        return self._cohort
+
+    def _take_cohort(self, spec: ClientSpec) -> None:
+        if spec.compute is not None:
+            self._cohort = max(self._cohort, spec.compute.cohort)
 
     async def handle_many(
         self, requests: Sequence[tuple[int, bytes]]
@@ -100,6 +105,7 @@ class ClientHost:
         client's numbers do not depend on its cohort (`cohort.py`).
         """
         replies: list[bytes | None | Exception] = [None] * len(requests)
+        size = self.cohort
         jobs: dict[tuple[object, ...], list[tuple[int, Client, TrainJob]]] = {}
         tasks: dict[int, CohortTask] = {}
         alone: list[int] = []
@@ -109,7 +115,7 @@ class ClientHost:
             except LookupError as exc:
                 replies[i] = exc
                 continue
-            job = client.start_training(data) if self.cohort > 1 else None
+            job = client.start_training(data) if size > 1 else None
             if isinstance(job, bytes):
                 replies[i] = job
             elif job is None:
@@ -125,8 +131,8 @@ class ClientHost:
                 )
                 jobs.setdefault(cohort_key(tasks[i]), []).append((i, client, job))
         for group in jobs.values():
-            for first in range(0, len(group), self.cohort):
-                cohort = group[first : first + self.cohort]
+            for first in range(0, len(group), size):
+                cohort = group[first : first + size]
                 outcomes: Sequence[TrainResult | Exception]
                 try:
                     outcomes = train_cohort([tasks[i] for i, _, _ in cohort])
