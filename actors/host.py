@@ -184,6 +184,11 @@ class WaitingRequests:
         self.host = host
         self._queue: list[_Waiting] = []
 
+    @property
+    def waiting(self) -> int:
+        """Requests waiting now."""
+        return len(self._queue)
+
     async def serve(
         self,
         client: int,

@@ -73,8 +73,21 @@ class RayClientHost:
             # Calls that arrive together are served together (cohorts).
             if self._lock is None:
                 self._lock = asyncio.Lock()
-            return await self._waiting.serve(client, data, self._lock, _yield)
+            return await self._waiting.serve(client, data, self._lock, self._gather)
         return await self.host.handle(client, data)
+
+    async def _gather(self) -> None:
+        """Let the calls sent with this one arrive: Ray hands an actor its
+        calls one by one, so wait a millisecond at a time (20 at most) while
+        more keep coming and the cohort is not full. Who shares a cohort
+        changes no result (`cohort.py`), only how much a step batches."""
+        before = -1
+        for _ in range(20):
+            now = self._waiting.waiting
+            if now >= self.host.cohort or now == before:
+                return
+            before = now
+            await asyncio.sleep(0.001)
 
     async def handle_parts(self, client: int, head: bytes, body: bytes) -> bytes | None:
         """`handle(client, head + body)`; Ray resolves a body sent as an
@@ -280,8 +293,3 @@ class RayRuntime:
     def _placed(self, host: Any, specs: Sequence[ClientSpec]) -> None:
         for spec in specs:
             self.home[spec.id] = host
-
-
-async def _yield() -> None:
-    """Let the calls that arrived with this one queue up."""
-    await asyncio.sleep(0)
