@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from clusterfed.algorithms import Candidate
 from clusterfed.data import load_dataset
 from clusterfed.protocol import (
     ClassHistogram,
@@ -36,25 +36,49 @@ from clusterfed.protocol import (
     ProbeTask,
     ProtocolError,
     Shutdown,
+    TrainConfig,
     TrainTask,
     UpdateReply,
     decode,
     encode,
 )
-from clusterfed.types import model_key
+from clusterfed.types import ModelKey
 
 from . import work
 from .faults import FaultyBehaviour
 from .mixture import evaluate as evaluate_mixture
 from .privacy import PrivacyBudgetError
 from .spec import ClientSpec, ScratchModels, build_trainer
-from .trainer import LocalTrainer
+from .trainer import LocalTrainer, TrainResult
 
 log = logging.getLogger(__name__)
 
 
 def client_address(client_id: int) -> str:
     return f"client/{client_id}"
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """A train request a cohort trains (`Client.start_training`)."""
+
+    request: Envelope
+    config: TrainConfig
+    plan: work.TrainPlan
+
+
+def _update_reply(cluster: ModelKey, result: TrainResult) -> UpdateReply:
+    return UpdateReply(
+        cluster=cluster,
+        delta=result.delta,
+        n_samples=result.n_samples,
+        loss=result.loss,
+        samples_seen=result.samples_seen,
+        epsilon=result.epsilon,
+        importance=result.importance,
+        losses=result.losses,
+        components=result.components,
+    )
 
 
 class ClientState(TypedDict, total=False):
@@ -234,15 +258,62 @@ class Client:
             )
         try:
             reply = await self._serve(request)
-        except PrivacyBudgetError as exc:
-            reply = ErrorReply.of("budget_spent", str(exc))
-        except work.Diverged as exc:
-            reply = ErrorReply.of("diverged", str(exc))
-        except ClusterfedError as exc:
-            reply = ErrorReply.of("refused", str(exc))
         except Exception as exc:  # a bug or a bad task must not kill the actor
-            log.exception("client %s failed on %s", self.id, request.payload.kind)
-            reply = ErrorReply.of("internal", f"{type(exc).__name__}: {exc}")
+            reply = self._error_reply(request, exc)
+        return self._answer(request, reply)
+
+    def start_training(self, data: bytes) -> TrainJob | bytes | None:
+        """A train request this client can train in a cohort (`cohort.py`):
+        decoded, probed and planned, as a `TrainJob`; the encoded error reply
+        if planning failed (a spent privacy budget, say); None if `handle`
+        must serve it alone (not a train task, a mixture task, a misbehaviour
+        due, bytes that do not decode)."""
+        try:
+            request = decode(data)
+        except ProtocolError:
+            return None
+        task = request.payload
+        if (
+            not isinstance(task, TrainTask)
+            or task.mixture is not None
+            or self.faults.due(request) is not None
+        ):
+            return None
+        try:
+            plan = work.plan_cohort_task(self.trainer, task, request.round)
+        except Exception as exc:
+            return self._answer(request, self._error_reply(request, exc))
+        return None if plan is None else TrainJob(request, task.config, plan)
+
+    def finish_training(self, job: TrainJob, outcome: TrainResult | Exception) -> bytes:
+        """The encoded reply to `job` once its cohort trained it (`outcome`:
+        its result, or what training raised)."""
+        try:
+            if isinstance(outcome, Exception):
+                raise outcome
+            cluster, result = work.finish_training(job.plan, outcome, job.config)
+            reply: Message = _update_reply(cluster, result)
+        except Exception as exc:
+            reply = self._error_reply(job.request, exc)
+        return self._answer(job.request, reply)
+
+    def _error_reply(self, request: Envelope, exc: Exception) -> ErrorReply:
+        """What a client answers when serving `request` raised `exc`."""
+        if isinstance(exc, PrivacyBudgetError):
+            return ErrorReply.of("budget_spent", str(exc))
+        if isinstance(exc, work.Diverged):
+            return ErrorReply.of("diverged", str(exc))
+        if isinstance(exc, ClusterfedError):
+            return ErrorReply.of("refused", str(exc))
+        log.error(
+            "client %s failed on %s",
+            self.id,
+            request.payload.kind,
+            exc_info=(type(exc), exc, exc.__traceback__),
+        )
+        return ErrorReply.of("internal", f"{type(exc).__name__}: {exc}")
+
+    def _answer(self, request: Envelope, reply: Message) -> bytes:
         encoded = encode(self._reply_to(request, reply))
         if isinstance(reply, UpdateReply):
             self.faults.remember(encoded)
@@ -261,27 +332,12 @@ class Client:
 
     async def _serve(self, request: Envelope) -> Message:
         match request.payload:
-            case TrainTask(
-                models=models, config=config, identity=identity, mixture=mixture
-            ):
-                candidates = [
-                    Candidate(model_key(m.cluster), m.weights, m.last_update)
-                    for m in models
-                ]
+            case TrainTask(config=config, identity=identity, mixture=mixture):
+                candidates = work.candidates_of(request.payload)
                 cluster, result = work.train(
                     self.trainer, candidates, identity, config, request.round, mixture
                 )
-                return UpdateReply(
-                    cluster=cluster,
-                    delta=result.delta,
-                    n_samples=result.n_samples,
-                    loss=result.loss,
-                    samples_seen=result.samples_seen,
-                    epsilon=result.epsilon,
-                    importance=result.importance,
-                    losses=result.losses,
-                    components=result.components,
-                )
+                return _update_reply(cluster, result)
             case EvaluateTask(model=model, others=others, mixture=mixture):
                 if others is not None and mixture is not None:
                     models = (model, *others)

@@ -45,6 +45,17 @@ IN_FLIGHT_PER_HOST = 8
 MAX_IN_FLIGHT = 64
 
 
+def cohort_in_flight(cohort: int, hosts: int | None) -> int | None:
+    """Requests outstanding at once when hosts train cohorts of `cohort`
+    tasks: enough that each of the `hosts` finds a whole cohort waiting
+    (a host batches only the requests it holds); None (the default,
+    `Courier.in_flight`) for one task at a time."""
+    if cohort <= 1:
+        return None
+    per_host = max(IN_FLIGHT_PER_HOST, cohort)
+    return max(MAX_IN_FLIGHT, per_host) if hosts is None else per_host * hosts
+
+
 class ClientUnreachable(ConnectionError):
     """A client that crashed or dropped out does not answer."""
 

@@ -18,6 +18,7 @@ from clusterfed.data import load_dataset
 from clusterfed.data.datasets import load_test_split
 from clusterfed.models import build_model
 
+from .compute import ComputeSpec
 from .privacy import Horizon, PrivateTraining, private_model
 from .rows import Rows
 from .trainer import LocalTrainer
@@ -87,7 +88,7 @@ def privacy_summary(
 class ClientSpec(BaseModel):
     """One client: its samples, its transform, its model and privacy.
 
-    Its device (profile and straggler slowdown) is no part of it: the
+    Its simulated device (profile and straggler slowdown) is no part of it: the
     server's `SimClock` holds devices and times every task, so no client
     works out or reports its own compute time."""
 
@@ -121,6 +122,19 @@ class ClientSpec(BaseModel):
         None, description="preference skew: label y is read as label_permutation[y]"
     )
     privacy: PrivacyPlan | None = Field(None, description="local DP; None: off")
+    compute: ComputeSpec | None = Field(
+        None,
+        # Absent from a dump while None (CPU, one task at a time), so the
+        # specs and data keys of such runs are as before the field existed.
+        exclude_if=lambda value: value is None,
+        description="the torch device it computes on and its host's cohort"
+        " size; None: CPU, one task at a time",
+    )
+
+    @property
+    def device(self) -> torch.device:
+        """The torch device the client computes on."""
+        return torch.device("cpu" if self.compute is None else self.compute.device)
 
     def data_key(self) -> dict[str, Any]:
         """The fields a trainer is built from; the others change no tensor."""
@@ -143,13 +157,15 @@ class ScratchModels:
         self, spec: ClientSpec, input_shape: tuple[int, ...], n_classes: int
     ) -> nn.Module:
         private = spec.privacy is not None
-        key = json.dumps(
-            [spec.model, spec.model_params, input_shape, n_classes, private]
-        )
+        found = [spec.model, spec.model_params, input_shape, n_classes, private]
+        if spec.compute is not None:  # CPU keys stay as they were
+            found.append(str(spec.device))
+        key = json.dumps(found)
         model = self._models.get(key)
         if model is None:
             model = build_model(spec.model, input_shape, n_classes, **spec.model_params)
-            model = self._models[key] = private_model(model) if private else model
+            model = private_model(model) if private else model
+            model = self._models[key] = model.to(spec.device)
         return model
 
 
@@ -179,15 +195,25 @@ def build_trainer(
     if spec.rotation % 360:
         x_train = Rows(rotate(x_train.gather(), spec.rotation))
         x_test = Rows(rotate(x_test.gather(), spec.rotation))
+    test_set = _test_set(spec, data.n_classes)
+    device = spec.device
+    if device.type != "cpu":
+        # The client's own rows go to the device once, not every batch.
+        x_train, x_test = (
+            Rows(x_train.gather().to(device)),
+            Rows(x_test.gather().to(device)),
+        )
+        if test_set is not None:
+            test_set = (Rows(test_set[0].gather().to(device)), test_set[1].to(device))
     return LocalTrainer(
         model,
         x_train,
-        y[train],
+        y[train].to(device),
         x_test,
-        y[test],
+        y[test].to(device),
         seed=spec.seed,
         privacy=privacy,
-        test_set=_test_set(spec, data.n_classes),
+        test_set=test_set,
     )
 
 

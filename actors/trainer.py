@@ -88,6 +88,9 @@ class LocalTrainer:
         self.y_train, self.y_test = y_train, y_test
         self.seed = seed
         self.privacy = privacy
+        # The device is the model's (`ScratchModels` puts it there); the
+        # random streams stay on CPU, so batches are the same on every device.
+        self.device = next(model.parameters()).device
         self._train_set = Pairs(self._x_train, y_train)
         # Images of the dataset's own test split (see data.test_sets): what
         # the reported accuracy comes from; "test" above is the hold-out.
@@ -111,6 +114,10 @@ class LocalTrainer:
             return None
         rows, y = self._test_set
         return rows.gather(), y
+
+    def batch(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Training samples `rows` and their labels, on the trainer's device."""
+        return self._x_train[rows], self.y_train[rows]
 
     @property
     def n_train(self) -> int:
@@ -192,7 +199,7 @@ class LocalTrainer:
             )
         if (weights < 0).any():
             raise ClusterfedError("sample weights must be >= 0")
-        return torch.from_numpy(np.asarray(weights, dtype=np.float32))
+        return torch.from_numpy(np.asarray(weights, dtype=np.float32)).to(self.device)
 
     def _start_round(
         self, weights: np.ndarray, config: TrainConfig, anchors: Sequence[Anchor]
@@ -265,7 +272,8 @@ class LocalTrainer:
                 derive_seed(self.seed, round, DP_SAMPLING_KEY)
             ),
         )
-        noise = torch.Generator().manual_seed(
+        # Opacus draws the noise on the gradients' device, with this stream.
+        noise = torch.Generator(self.device).manual_seed(
             derive_seed(self.seed, round, DP_NOISE_KEY)
         )
         with quiet_opacus():
@@ -285,6 +293,8 @@ class LocalTrainer:
             with quiet_opacus():
                 for _ in range(config.epochs):
                     for x, y in batches:
+                        # An empty Poisson batch is built on CPU.
+                        x, y = x.to(self.device), y.to(self.device)
                         dp_optimizer.zero_grad(set_to_none=True)
                         loss = criterion(module(x), y)
                         if len(y):  # a Poisson batch may be empty: noise only
@@ -320,7 +330,7 @@ class LocalTrainer:
         losses = F.cross_entropy(
             self.model(self.x_train), self.y_train, reduction="none"
         )
-        return losses.numpy().astype(np.float64)
+        return losses.cpu().numpy().astype(np.float64)
 
     def batch_loss_and_gradient(
         self, weights: np.ndarray, batch_size: int, round: int
@@ -340,7 +350,7 @@ class LocalTrainer:
         loss = F.cross_entropy(self.model(self._x_train[batch]), self.y_train[batch])
         torch.autograd.backward(loss)
         gradient = torch.cat([_grad(p).reshape(-1) for p in self.model.parameters()])
-        return loss.item(), gradient.numpy().astype(np.float32, copy=True)
+        return loss.item(), gradient.cpu().numpy().astype(np.float32, copy=True)
 
     @torch.no_grad()
     def evaluate(self, weights: np.ndarray) -> EvalResult:
@@ -377,7 +387,7 @@ def _like(params: Sequence[torch.Tensor], flat: np.ndarray) -> list[torch.Tensor
     if flat.shape != (expected,):
         raise ValueError(f"an anchor of shape {flat.shape}, the model has {expected}")
     # Decoded tensors are read-only views of the message bytes.
-    source = torch.from_numpy(np.array(flat, dtype=np.float32))
+    source = torch.from_numpy(np.array(flat, dtype=np.float32)).to(params[0].device)
     pieces, offset = [], 0
     for p in params:
         pieces.append(source[offset : offset + p.numel()].view_as(p))

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from clusterfed.algorithms import (
     Candidate,
+    IdentityPolicy,
     ImportancePolicy,
     LossReportingPolicy,
     MixturePolicy,
@@ -23,8 +24,8 @@ from clusterfed.algorithms import (
 )
 from clusterfed.algorithms.policy import mixture_weights
 from clusterfed.errors import ClusterfedError
-from clusterfed.protocol import MAX_LOSS, IdentityRule, TrainConfig
-from clusterfed.types import ModelKey
+from clusterfed.protocol import MAX_LOSS, IdentityRule, TrainConfig, TrainTask
+from clusterfed.types import ModelKey, model_key
 
 from .client_dp import clip
 from .trainer import Anchor, LocalTrainer, TrainResult
@@ -58,15 +59,44 @@ def train(
             weights for any other task.
     """
     trainer.check_budget(config)  # refuse before probing, not only before training
-    chosen = candidates[0]
-    probe = _Probe(trainer, config.batch_size)
     policy = make_policy(identity.name, identity.params) if identity else None
     if isinstance(policy, MixturePolicy):
         if mixture is None:
             raise ClusterfedError(f"the {policy.name} rule needs the task's mixture")
+        probe = _Probe(trainer, config.batch_size)
         return train_mixture(trainer, policy, probe, candidates, mixture, config, round)
     if mixture is not None:
         raise ClusterfedError("mixture weights for a task whose rule is no mixture")
+    plan = plan_training(trainer, candidates, policy, config, round)
+    result = trainer.train(plan.chosen.weights, config, round, plan.anchors)
+    return finish_training(plan, result, config)
+
+
+@dataclass(frozen=True)
+class TrainPlan:
+    """What a client trains in a task, decided before training: the model it
+    starts from, its proximal anchors, its importance weights (FedSoft), its
+    candidates' losses (FedDrift) and the samples its probes read. A cohort
+    (`cohort.py`) trains many plans."""
+
+    chosen: Candidate
+    anchors: tuple[Anchor, ...]
+    importance: tuple[float, ...] | None
+    probed: int
+    losses: tuple[float, ...] | None = None
+
+
+def plan_training(
+    trainer: LocalTrainer,
+    candidates: Sequence[Candidate],
+    policy: IdentityPolicy | None,
+    config: TrainConfig,
+    round: int,
+) -> TrainPlan:
+    """Probe as the identity policy asks and decide what to train (not a
+    mixture policy's task: `train_mixture`)."""
+    chosen = candidates[0]
+    probe = _Probe(trainer, config.batch_size)
     importance: tuple[float, ...] | None = None
     losses: tuple[float, ...] | None = None
     anchors: list[Anchor] = []
@@ -83,16 +113,42 @@ def train(
     elif policy is not None and len(candidates) > 1:
         cluster = policy.choose(probe, candidates, round)
         chosen = next(c for c in candidates if c.cluster == cluster)
-    result = trainer.train(chosen.weights, config, round, anchors)
+    return TrainPlan(chosen, tuple(anchors), importance, probe.samples, losses)
+
+
+def plan_cohort_task(
+    trainer: LocalTrainer, task: TrainTask, round: int
+) -> TrainPlan | None:
+    """`plan_training` for a task a cohort may train: its candidates probed as
+    `train` probes them; None for a mixture policy's task (it trains alone)."""
+    trainer.check_budget(task.config)
+    identity = task.identity
+    policy = make_policy(identity.name, identity.params) if identity else None
+    if isinstance(policy, MixturePolicy) or task.mixture is not None:
+        return None
+    return plan_training(trainer, candidates_of(task), policy, task.config, round)
+
+
+def candidates_of(task: TrainTask) -> list[Candidate]:
+    """The models a train task offers, as an identity policy sees them."""
+    return [
+        Candidate(model_key(m.cluster), m.weights, m.last_update) for m in task.models
+    ]
+
+
+def finish_training(
+    plan: TrainPlan, result: TrainResult, config: TrainConfig
+) -> tuple[ModelKey, TrainResult]:
+    """The trained model's key and result, checked; probing costs simulated
+    compute too, so its samples count like training's."""
     _check_result(result, config)
     if config.clip_norm is not None:  # client-level DP (actors/client_dp.py)
         result = replace(result, delta=clip(result.delta, config.clip_norm))
-    # Probing costs simulated compute too: count its samples like training's.
-    return chosen.cluster, replace(
+    return plan.chosen.cluster, replace(
         result,
-        samples_seen=result.samples_seen + probe.samples,
-        importance=importance,
-        losses=losses,
+        samples_seen=result.samples_seen + plan.probed,
+        importance=plan.importance,
+        losses=plan.losses,
     )
 
 
@@ -150,7 +206,7 @@ def check_loss(loss: float, what: str) -> float:
 def class_histogram(trainer: LocalTrainer, n_classes: int) -> list[int]:
     """Training samples per class, as the client reads its labels (after any
     label permutation): the one description of its data a client may send."""
-    labels = trainer.y_train.numpy()
+    labels = trainer.y_train.cpu().numpy()
     return [int(n) for n in np.bincount(labels, minlength=n_classes)]
 
 
@@ -161,8 +217,8 @@ def data_subspace(trainer: LocalTrainer, n_basis: int, per_class: bool) -> np.nd
     blocks side by side, or of all of it: float32, d × k. A class of fewer
     samples gives as many vectors. The description PACFL asks for; it sends
     directions, never a sample."""
-    x = trainer.x_train.reshape(trainer.n_train, -1).numpy().astype(np.float64)
-    labels = trainer.y_train.numpy()
+    x = trainer.x_train.reshape(trainer.n_train, -1).cpu().numpy().astype(np.float64)
+    labels = trainer.y_train.cpu().numpy()
     parts = [x[labels == c] for c in np.unique(labels)] if per_class else [x]
     blocks = [np.linalg.svd(p.T, full_matrices=False)[0][:, :n_basis] for p in parts]
     return np.hstack(blocks).astype(np.float32)

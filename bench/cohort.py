@@ -1,6 +1,7 @@
 """Cohort training measured: one round of a scenario's clients trained one at a
-time (`LocalTrainer.train`, what clusterfed does) against the same clients as
-one vectorized cohort (`cohort_trainer.train_cohort`: stacked parameters,
+time (`LocalTrainer.train`, clusterfed's default) against the same clients as
+one vectorized cohort (`clusterfed.actors.cohort.train_cohort`, what
+`--cohort N` runs: stacked parameters,
 `torch.func.vmap` over `functional_call`, one autograd graph), one torch
 thread each, alternating after a warm-up. Also checks that a client's
 cohort-trained delta does not depend on who else is in its cohort, and how
@@ -9,8 +10,8 @@ far it is from the one-at-a-time delta.
     python bench/cohort.py                                   # quickstart
     python bench/cohort.py dcfl-dynamic dataset.name=fashion_mnist train.epochs=1 dp=off
 
-The prototype is not in the package: on this machine it is slower (see
-bench/RESULTS.md), so clusterfed keeps training clients one at a time.
+Cohort training ships (`--cohort N`) but stays off by default: on this CPU it
+is slower (see bench/RESULTS.md); it is meant for GPUs (bench/gpu.py).
 """
 
 from __future__ import annotations
@@ -18,17 +19,14 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from clusterfed.actors import Client
+from clusterfed.actors.cohort import CohortTask, train_cohort
 from clusterfed.actors.spec import ScratchModels
 from clusterfed.scenarios import load_scenario, plan_run, with_overrides
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cohort_trainer import CohortTask, train_cohort  # noqa: E402
 
 
 def main() -> None:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from clusterfed.actors.compute import ComputeSpec, check_device, start_method
 from clusterfed.actors.runtimes import Runtime, local_runtime
 from clusterfed.actors.trace import TRACE_MODES, TraceMode
 from clusterfed.errors import ConfigError
@@ -48,6 +49,7 @@ def run(
     workers: int | None = None,
     ray_address: str | None = None,
     clients_per_host: int | None = None,
+    gpus_per_host: float | None = None,
     progress: bool = False,
     checkpoint_every: int | None = None,
     on_round: OnRound | None = None,
@@ -73,6 +75,8 @@ def run(
         ray_address: a running Ray cluster ("auto", "HOST:PORT"); None starts
             a local Ray for the run and stops it afterwards.
         clients_per_host: logical clients per Ray host actor.
+        gpus_per_host: GPUs each Ray host actor asks for (a fraction shares
+            one GPU among hosts); for runs on a CUDA device.
         progress: show a progress bar per round.
         checkpoint_every: write a checkpoint into the results folder after
             every N-th round, from which `resume` continues a stopped run.
@@ -86,7 +90,8 @@ def run(
 
     Raises:
         ScenarioError: the scenario or an override is invalid (nothing has run).
-        ConfigError: an unknown runtime, workers outside 1..256,
+        ConfigError: an unknown runtime, workers outside 1..256, a device
+            this machine does not have (`compute.device`),
             checkpoint_every below 1, or `out` is not empty and `overwrite`
             is off (nothing has run).
         RunInterrupted: Ctrl-C (SIGINT); the rounds that finished are in the
@@ -110,7 +115,12 @@ def run(
         seed=seed,
     )
     host = make_runtime(
-        runtime, workers=workers, address=ray_address, clients_per_host=clients_per_host
+        runtime,
+        workers=workers,
+        address=ray_address,
+        clients_per_host=clients_per_host,
+        compute=resolved.compute,
+        gpus_per_host=gpus_per_host,
     )
     if out is not None:
         folder = claim(Path(out), overwrite=overwrite)
@@ -140,6 +150,7 @@ def resume(
     ray_address: str | None = None,
     clients_per_host: int | None = None,
     progress: bool = False,
+    gpus_per_host: float | None = None,
 ) -> RunResult:
     """Continue the run in results folder `out` from its last checkpoint.
 
@@ -151,7 +162,8 @@ def resume(
     Args:
         out: the results folder of a run started with `checkpoint_every`.
         runtime: replaces the run's runtime ("local", "ray" or an object).
-        workers, ray_address, clients_per_host, progress: as for `run`.
+        workers, ray_address, clients_per_host, progress, gpus_per_host: as
+            for `run`.
 
     Raises:
         ConfigError: the folder holds no run, no checkpoint, a checkpoint of
@@ -177,6 +189,8 @@ def resume(
         workers=workers,
         address=ray_address,
         clients_per_host=clients_per_host,
+        compute=scenario.compute,
+        gpus_per_host=gpus_per_host,
     )
     return asyncio.run(
         _run(
@@ -207,17 +221,39 @@ def make_runtime(
     workers: int | None = None,
     address: str | None = None,
     clients_per_host: int | None = None,
+    compute: ComputeSpec | None = None,
+    gpus_per_host: float | None = None,
 ) -> Runtime:
-    """A runtime by name ("local", "ray"), or `runtime` itself if it is one."""
+    """A runtime by name ("local", "ray"), or `runtime` itself if it is one,
+    for clients computing as `compute` says (default: on CPU).
+
+    Raises:
+        ConfigError: the device is not on this machine (`check_device`), an
+            unknown runtime, bad workers or GPUs per host.
+    """
+    device = "cpu" if compute is None else compute.device
+    check_device(device)
+    if gpus_per_host is not None and (runtime != "ray" or device == "cpu"):
+        raise ConfigError(
+            f"gpus_per_host ({gpus_per_host}) is for the ray runtime on a GPU"
+            " device (--runtime ray --device cuda)"
+        )
     if not isinstance(runtime, str):
         return runtime
     if runtime == "local":
         check_workers(workers)
-        return local_runtime(workers)
+        return local_runtime(workers, start_method(device))
     if runtime == "ray":
         from clusterfed.actors.runtimes.ray import RayRuntime
 
-        return RayRuntime(address=address, clients_per_host=clients_per_host)
+        try:
+            return RayRuntime(
+                address=address,
+                clients_per_host=clients_per_host,
+                gpus_per_host=gpus_per_host,
+            )
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
     raise ConfigError(f"unknown runtime {runtime!r}; known: {', '.join(RUNTIMES)}")
 
 

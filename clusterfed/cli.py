@@ -96,6 +96,7 @@ def _run(args: argparse.Namespace) -> int:
         workers=_workers(args.workers),
         ray_address=args.ray_address,
         clients_per_host=args.clients_per_host,
+        gpus_per_host=args.gpus_per_host,
         progress=_progress(args),
         checkpoint_every=args.checkpoint_every,
         overwrite=args.overwrite,
@@ -167,6 +168,7 @@ def _resume(args: argparse.Namespace) -> int:
         ray_address=args.ray_address,
         clients_per_host=args.clients_per_host,
         progress=_progress(args),
+        gpus_per_host=args.gpus_per_host,
     )
     _report(result)
     return 0
@@ -222,6 +224,7 @@ def _compare(args: argparse.Namespace) -> int:
         workers=_workers(args.workers),
         ray_address=args.ray_address,
         clients_per_host=args.clients_per_host,
+        gpus_per_host=args.gpus_per_host,
         progress=_progress(args),
         overwrite=args.overwrite,
         resume=args.resume,
@@ -289,6 +292,10 @@ def _plot(args: argparse.Namespace) -> int:
 
 def _overrides(args: argparse.Namespace) -> list[str]:
     extra = [] if args.dp_epsilon is None else [f"dp.epsilon={args.dp_epsilon}"]
+    if args.device is not None:
+        extra.append(f"compute.device={args.device}")
+    if args.cohort is not None:
+        extra.append(f"compute.cohort={args.cohort}")
     return [*extra, *args.set]
 
 

@@ -99,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     again.add_argument(
         "--workers", type=int, help="worker processes (default: one per core)"
     )
+    _gpus_per_host(again)
     again.add_argument("--quiet", action="store_true", help="no progress bar")
     again.set_defaults(command="resume")
 
@@ -212,4 +213,28 @@ def _common(parser: argparse.ArgumentParser, out_help: str) -> None:
         type=float,
         help="local DP budget per client (same as --set dp.epsilon=E)",
     )
+    parser.add_argument(
+        "--device",
+        help="where clients train, evaluate and probe: cpu (default), cuda,"
+        " cuda:N or mps (same as --set compute.device=D); a device this machine"
+        " lacks is refused before anything runs",
+    )
+    parser.add_argument(
+        "--cohort",
+        type=int,
+        metavar="N",
+        help="train up to N train tasks of one host as one stacked computation"
+        " (same as --set compute.cohort=N; default 1: one at a time)",
+    )
+    _gpus_per_host(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _gpus_per_host(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--gpus-per-host",
+        type=float,
+        metavar="F",
+        help="GPUs each Ray host actor asks for (0.25: four hosts share a GPU);"
+        " --runtime ray with a GPU device",
+    )

@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from clusterfed.actors.compute import check_device
 from clusterfed.errors import ConfigError
 from clusterfed.scenarios import Scenario, load_scenario, with_overrides
 
@@ -173,6 +174,7 @@ def compare(
     )
     # Validate every algorithm's parameters before the first run starts.
     variants = {name: with_overrides(base, algorithm=name) for name in algorithms}
+    check_device(base.compute.device)  # before a folder is made
     if out is not None and resume:
         folder = Path(out)
         _check_finished(folder, variants, chosen)

@@ -25,6 +25,7 @@ from clusterfed.actors.asynchronous import AsyncDriver
 from clusterfed.actors.availability import schedule
 from clusterfed.actors.client_dp import ClientLevelDP
 from clusterfed.actors.clock import WaitAll
+from clusterfed.actors.courier import cohort_in_flight
 from clusterfed.actors.faults import FaultyClientSpec
 from clusterfed.actors.runtimes import Runtime
 from clusterfed.actors.spec import PrivacyPlan, privacy_summary
@@ -67,6 +68,7 @@ def build_server(
         n_classes=plan.dataset.n_classes,
         n_features=math.prod(plan.dataset.input_shape),
         client_dp=None if plan.client_dp is None else ClientLevelDP(plan.client_dp),
+        max_in_flight=cohort_in_flight(s.compute.cohort, runtime.parallelism),
     )
 
 

@@ -46,7 +46,8 @@ def build_model(
 def get_flat(model: nn.Module) -> np.ndarray:
     """The model's parameters as one float32 vector (a copy)."""
     vector = nn.utils.parameters_to_vector(model.parameters())
-    return vector.detach().numpy().astype(np.float32, copy=True)
+    # On a GPU the vector comes to the CPU here: messages are device-free.
+    return vector.detach().cpu().numpy().astype(np.float32, copy=True)
 
 
 def set_flat(model: nn.Module, weights: np.ndarray) -> None:

@@ -139,7 +139,9 @@ class RunPlan:
         s = self.scenario
         faults = s.faults_of(client_id)
         kind = FaultyClientSpec if faults else ClientSpec
-        extra = {"faults": faults} if faults else {}
+        extra: dict[str, Any] = {"faults": faults} if faults else {}
+        if not s.compute.is_default:
+            extra["compute"] = s.compute
         return kind(
             id=client_id,
             group=self.transforms.truth(partition_group, transform_group),

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from clusterfed.actors import DeviceProfile
 from clusterfed.actors.availability import AlwaysOnline, Availability
 from clusterfed.actors.clock import DeadlinePolicy, Fraction, WaitAll
+from clusterfed.actors.compute import ComputeSpec
 from clusterfed.actors.faults import FaultPlan
 from clusterfed.algorithms import Strategy, algorithms, make
 from clusterfed.algorithms.registry import resolve
@@ -181,6 +182,15 @@ class Scenario(_Spec):
         " online_from, online_to in simulated seconds); an offline client is"
         " not sampled or started, and one that goes offline while training"
         " has failed",
+    )
+    compute: ComputeSpec = Field(
+        default_factory=ComputeSpec,
+        # Absent from config.json while CPU and one task at a time, so the
+        # runs (and folder hashes) of before the setting read the same.
+        exclude_if=lambda value: value.is_default,
+        description="where clients compute: device (cpu, cuda, cuda:N, mps) and"
+        " cohort (train tasks of a host trained as one stacked computation);"
+        " a setting of the run, never sent in a message",
     )
     target_accuracy: float = Field(
         0.8,

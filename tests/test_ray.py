@@ -203,3 +203,15 @@ def test_clustered_async_mode_with_joins_and_drift_gives_the_same_rows_on_ray(
 
     assert timeless(local.rows) == timeless(on_ray.rows)
     assert any(r["strategy"].get("reclustered") for r in on_ray.rows)
+
+
+def test_cohort_runs_give_the_same_rows_on_ray_and_locally(tmp_path: Path) -> None:
+    from clusterfed.scenarios import with_overrides
+
+    scenario = with_overrides(small_scenario(rounds=2), ["compute.cohort=4"])
+    local = clusterfed.run(scenario, out=tmp_path / "local", workers=2)
+    on_ray = clusterfed.run(scenario, out=tmp_path / "ray", runtime="ray")
+    assert _accuracies(local.rows) == _accuracies(on_ray.rows)
+    assert [[c["loss"] for c in r["clients"]] for r in local.rows] == [
+        [c["loss"] for c in r["clients"]] for r in on_ray.rows
+    ]

@@ -12,14 +12,16 @@ import os
 
 from .base import Runtime
 from .inline import InlineRuntime
-from .processes import ProcessRuntime, WorkerDied
+from .processes import ProcessRuntime, StartMethod, WorkerDied
 
 
-def local_runtime(workers: int | None = None) -> InlineRuntime | ProcessRuntime:
-    """The local runtime: `workers` forked processes (default: one per core);
-    with one worker, every client in this process."""
+def local_runtime(
+    workers: int | None = None, start_method: StartMethod = "fork"
+) -> InlineRuntime | ProcessRuntime:
+    """The local runtime: `workers` processes (default: one per core) started
+    by `start_method`; with one worker, every client in this process."""
     n = workers or os.cpu_count() or 1
-    return InlineRuntime() if n == 1 else ProcessRuntime(n)
+    return InlineRuntime() if n == 1 else ProcessRuntime(n, start_method)
 
 
 __all__ = [

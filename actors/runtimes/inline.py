@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from clusterfed.types import ClientId
 
 from ..client import ClientState
-from ..host import ClientHost, compute_on_one_thread
+from ..host import ClientHost, WaitingRequests, compute_on_one_thread
 from ..spec import ClientSpec
 
 
@@ -34,6 +34,7 @@ class InlineRuntime:
         self.host = ClientHost()
         self._restore_threads: Callable[[], None] | None = None
         self._lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+        self._waiting = WaitingRequests(self.host)
 
     parallelism = 1
     """One host: this process."""
@@ -52,12 +53,22 @@ class InlineRuntime:
         return self.host.remove(client, reason)
 
     async def request(self, client: int, head: bytes, body: bytes) -> bytes | None:
+        if self.host.cohort > 1:
+            return await self._request_with_others(client, head + body)
         # One at a time, each checked just before it starts: requests sent
         # together would otherwise all pass the check before the first step
         # blocked the loop.
         async with self._serving():
             await _due_timers_first()
             reply = await self.host.handle(client, head + body)
+        await _due_timers_first()
+        return reply
+
+    async def _request_with_others(self, client: int, data: bytes) -> bytes | None:
+        # Timers due run before the batch is served, as before a lone one.
+        reply = await self._waiting.serve(
+            client, data, self._serving(), _due_timers_first
+        )
         await _due_timers_first()
         return reply
 

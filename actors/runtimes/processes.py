@@ -35,7 +35,7 @@ import socket
 from collections import deque
 from collections.abc import Mapping, Sequence
 from multiprocessing.process import BaseProcess
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -50,20 +50,28 @@ from .worker import serve
 
 _BUFFER = 8 * 1024 * 1024
 
+StartMethod = Literal["fork", "spawn"]
+
 
 class WorkerDied(ConnectionError):
     """A worker process ended while serving a request."""
 
 
 class _Worker:
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, start_method: StartMethod = "fork") -> None:
         self.index = index
         ours, theirs = socket.socketpair()
         for end in (ours, theirs):
             # A whole model in one send: fewer system calls and wake-ups.
             end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _BUFFER)
             end.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _BUFFER)
-        context = multiprocessing.get_context("fork")
+        # Spawn for CUDA runs (see `compute.start_method`): no CUDA state
+        # crosses a fork; the sockets travel to the new interpreter.
+        context = (
+            multiprocessing.get_context("spawn")
+            if start_method == "spawn"
+            else multiprocessing.get_context("fork")
+        )
         self.process: BaseProcess = context.Process(
             target=serve,
             args=(theirs, ours, os.getpid()),
@@ -237,14 +245,16 @@ class _Worker:
 
 
 class ProcessRuntime:
-    """Hosts clients in `workers` forked processes (a `Runtime`)."""
+    """Hosts clients in `workers` worker processes (a `Runtime`), forked by
+    default, spawned with `start_method="spawn"` (CUDA runs)."""
 
     name = "local"
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, start_method: StartMethod = "fork") -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.n_workers = workers
+        self.start_method: StartMethod = start_method
         self.specs: dict[ClientId, ClientSpec] = {}
         self.home: dict[ClientId, int] = {}
         self._load = [0] * workers
@@ -357,7 +367,7 @@ class ProcessRuntime:
         torch.set_num_threads(self._torch_threads)
 
     async def _spawn(self, index: int) -> _Worker:
-        worker = _Worker(index)
+        worker = _Worker(index, self.start_method)
         await worker.connect()
         self._workers[index] = worker
         return worker

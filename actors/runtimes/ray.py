@@ -33,7 +33,7 @@ import ray
 from clusterfed.types import ClientId
 
 from ..client import ClientState
-from ..host import ClientHost, compute_on_one_thread
+from ..host import ClientHost, WaitingRequests, compute_on_one_thread
 from ..spec import ClientSpec
 from .base import KEEP_AT_LEAST, KEPT_BYTES
 
@@ -44,6 +44,8 @@ class RayClientHost:
     def __init__(self, specs: Sequence[ClientSpec], federation: Any) -> None:
         compute_on_one_thread()
         self.host = ClientHost()
+        self._waiting = WaitingRequests(self.host)
+        self._lock: asyncio.Lock | None = None  # made on the actor's loop
         self.joins = joins = self.host.add(specs)
         # Ray re-runs the constructor when it restarts a dead host: its clients
         # then announce themselves again, as a client back from a crash would.
@@ -67,12 +69,30 @@ class RayClientHost:
         return self.host.remove(client, reason)
 
     async def handle(self, client: int, data: bytes) -> bytes | None:
+        if self.host.cohort > 1:
+            # Calls that arrive together are served together (cohorts).
+            if self._lock is None:
+                self._lock = asyncio.Lock()
+            return await self._waiting.serve(client, data, self._lock, self._gather)
         return await self.host.handle(client, data)
+
+    async def _gather(self) -> None:
+        """Let the calls sent with this one arrive: Ray hands an actor its
+        calls one by one, so wait a millisecond at a time (20 at most) while
+        more keep coming and the cohort is not full. Who shares a cohort
+        changes no result (`cohort.py`), only how much a step batches."""
+        before = -1
+        for _ in range(20):
+            now = self._waiting.waiting
+            if now >= self.host.cohort or now == before:
+                return
+            before = now
+            await asyncio.sleep(0.001)
 
     async def handle_parts(self, client: int, head: bytes, body: bytes) -> bytes | None:
         """`handle(client, head + body)`; Ray resolves a body sent as an
         object reference from its object store."""
-        return await self.host.handle(client, head + body)
+        return await self.handle(client, head + body)
 
     def states(self) -> dict[ClientId, ClientState]:
         return self.host.states()
@@ -99,6 +119,8 @@ class RayRuntime:
         max_restarts: how often Ray restarts a dead host (0: never).
         restart_wait_s: after a round, how long to wait for hosts being
             restarted (their clients miss the round they died in, then return).
+        gpus_per_host: the GPUs (a fraction: 0.25 packs four hosts on one)
+            each host actor asks Ray for; None asks for none (CPU runs).
     """
 
     name = "ray"
@@ -111,9 +133,16 @@ class RayRuntime:
         num_cpus: int | None = None,
         max_restarts: int = 0,
         restart_wait_s: float = 120.0,
+        gpus_per_host: float | None = None,
     ) -> None:
         if clients_per_host is not None and clients_per_host < 1:
             raise ValueError(f"clients_per_host must be >= 1, got {clients_per_host}")
+        if gpus_per_host is not None and not 0 < gpus_per_host <= 64:
+            raise ValueError(
+                f"gpus_per_host must be in (0, 64], got {gpus_per_host}"
+                " (0.25: four hosts share a GPU)"
+            )
+        self.gpus_per_host = gpus_per_host
         self.address = address
         self.clients_per_host = clients_per_host
         self.num_cpus = num_cpus
@@ -164,6 +193,9 @@ class RayRuntime:
                 .options(
                     name=f"clusterfed-host-{self.run_name}-{len(self.hosts)}",
                     num_cpus=0,
+                    # A fraction lets several hosts share one GPU (Ray then
+                    # shows each host its GPU as cuda:0).
+                    num_gpus=self.gpus_per_host or 0,
                     scheduling_strategy="SPREAD",
                     max_restarts=self.max_restarts,
                 )
