@@ -47,7 +47,8 @@ from .outcome import ClientOutcome, RoundOutcome
 from .reply_books import ReplyBooks
 from .round import Round, UpdateLimits
 from .runtimes import Runtime
-from .validation import ServerSnapshot, check_models, check_snapshot
+from .snapshots import ServerSnapshot, check_snapshot
+from .validation import check_models
 
 Play = Callable[[list[ClientInfo], Round], Awaitable[RoundOutcome]]
 """How a round is played over its members and books (see `run_round`)."""

@@ -63,7 +63,7 @@ import numpy as np
 from clusterfed.actors.asynchronous import DriverSnapshot, driver_snapshot_problem
 from clusterfed.actors.client import ClientState, client_state_problem
 from clusterfed.actors.clock import ClockDevices, devices_problem
-from clusterfed.actors.validation import ServerSnapshot
+from clusterfed.actors.snapshots import ServerSnapshot
 from clusterfed.errors import ConfigError
 from clusterfed.folders import TMP
 from clusterfed.scenarios.engine import EngineSnapshot

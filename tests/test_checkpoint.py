@@ -22,7 +22,7 @@ import pytest
 
 import clusterfed
 from clusterfed.actors.roster import Roster
-from clusterfed.actors.validation import ServerSnapshot, check_snapshot
+from clusterfed.actors.snapshots import ServerSnapshot, check_snapshot
 from clusterfed.algorithms import ClientInfo, ServerState
 from clusterfed.checkpoint import (
     CHECKPOINT,

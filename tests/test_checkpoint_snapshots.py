@@ -20,7 +20,7 @@ from test_checkpoint import _copy, _refused, stopped
 import clusterfed
 from clusterfed.actors import ClientState
 from clusterfed.actors.client import CLIENT_STATE_KEYS, client_state_problem
-from clusterfed.actors.validation import SNAPSHOT_KEYS
+from clusterfed.actors.snapshots import SNAPSHOT_KEYS
 from clusterfed.checkpoint import (
     CHECKPOINT,
     FORMAT,
