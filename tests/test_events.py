@@ -134,7 +134,7 @@ def test_what_cannot_happen_as_written_is_warned_of_and_kept(tmp_path: Path) -> 
         "so it is not late; raise the straggle factor or tighten the deadline"
     )
     assert said[2].startswith(
-        "events[2] (leave): start 9999 s is after the run's simulated end"
+        "events[2] (leave): start 9999 s is after the last round started"
     )
     assert len(said) == 3
     summary = json.loads((tmp_path / "summary.json").read_text())
