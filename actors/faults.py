@@ -78,6 +78,9 @@ Behaviour = Literal[
 ]
 BEHAVIOURS: tuple[Behaviour, ...] = get_args(Behaviour)  # derived, not rewritten
 BYZANTINE: tuple[Behaviour, ...] = BEHAVIOURS[5:]
+POISONING: tuple[Behaviour, ...] = ("sign_flip",)
+"""The behaviours whose lies are accepted (well-formed, under every bound):
+the ones a robust aggregator must outvote, counted against its assumption."""
 GARBAGE_KEY = 7  # the random stream of a client's garbage bytes, under its seed
 HUGE = 3.0e38  # finite in float32, ruinous in a model
 LIED_SAMPLES = 2**63 - 1

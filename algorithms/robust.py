@@ -23,10 +23,21 @@ bit for bit):
 is the client's own claim, and a robust rule gives a claim no leverage.
 `norm_clip` keeps the algorithm's weights (a count is bounded by the `n_train`
 the client declared at join).
+
+Every rule states what it assumes of the `n` updates it folds, `byzantine` of
+them hostile (`Rule.breaks`): the median a minority of them, trimmed mean
+`byzantine <= ⌊βn⌋` and at least one value cut per end, Krum Blanchard et
+al.'s `n > 2f + 2` and `byzantine <= f`. A scenario that breaks an assumption
+is refused when it is validated (`scenarios/spec.py`, with the reason); a
+cluster that turns out smaller than its rule needs (clustered algorithms
+split the clients) gets an `AssumptionWarning` naming the rule and the size,
+and, for Krum, keeps its model that step (no neighbour count is defined).
 """
 
 from __future__ import annotations
 
+import math
+import warnings
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
@@ -35,8 +46,17 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from scipy.stats import trim_mean
 
 
+class AssumptionWarning(RuntimeWarning):
+    """A cluster folded by a rule whose assumption its size breaks."""
+
+
 class _Rule(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def breaks(self, n: int, byzantine: int = 0) -> str | None:
+        """Why `n` updates, `byzantine` of them hostile, break the rule's
+        assumption (None: they fit it)."""
+        return None
 
 
 class Mean(_Rule):
@@ -50,6 +70,14 @@ class Median(_Rule):
 
     kind: Literal["median"] = "median"
 
+    def breaks(self, n: int, byzantine: int = 0) -> str | None:
+        if 2 * byzantine >= n:
+            return (
+                f"median assumes fewer than half the updates are Byzantine;"
+                f" {byzantine} of {n} are"
+            )
+        return None
+
 
 class TrimmedMean(_Rule):
     """The coordinate-wise mean without the `beta` share at each end."""
@@ -59,6 +87,22 @@ class TrimmedMean(_Rule):
         0.1, ge=0, lt=0.5, description="share cut at each end, per coordinate"
     )
 
+    def breaks(self, n: int, byzantine: int = 0) -> str | None:
+        cut = int(self.beta * n)  # scipy's trim_mean cuts ⌊βn⌋ per end
+        if byzantine > cut:
+            return (
+                f"trimmed_mean with beta = {self.beta} cuts ⌊{self.beta}·{n}⌋ ="
+                f" {cut} value(s) per end, fewer than the {byzantine} Byzantine"
+                f" update(s) it must cut (raise beta to at least {byzantine / n:.3g})"
+            )
+        if cut == 0 and self.beta > 0:
+            return (
+                f"trimmed_mean with beta = {self.beta} cuts ⌊{self.beta}·{n}⌋ = 0"
+                f" values per end of {n} updates: a plain mean (it needs at least"
+                f" {_least(self.beta)} updates, or beta >= {1 / n:.3g})"
+            )
+        return None
+
 
 class Krum(_Rule):
     """(Multi-)Krum: the `m` updates closest to their neighbours, averaged."""
@@ -66,6 +110,19 @@ class Krum(_Rule):
     kind: Literal["krum"] = "krum"
     f: int = Field(1, ge=0, description="Byzantine clients tolerated per cluster")
     m: int = Field(1, ge=1, description="updates averaged (1: Krum)")
+
+    def breaks(self, n: int, byzantine: int = 0) -> str | None:
+        if n <= 2 * self.f + 2:
+            return (
+                f"krum with f = {self.f} assumes n > 2f + 2 (Blanchard et al.):"
+                f" it needs at least {2 * self.f + 3} updates, not {n}"
+            )
+        if byzantine > self.f:
+            return (
+                f"krum with f = {self.f} tolerates {self.f} Byzantine update(s),"
+                f" not {byzantine} (set aggregator.f = {byzantine})"
+            )
+        return None
 
 
 class NormClip(_Rule):
@@ -80,6 +137,7 @@ class NormClip(_Rule):
     )
 
 
+AggregatorRule = Mean | Median | TrimmedMean | Krum | NormClip
 Aggregator = Annotated[
     Mean | Median | TrimmedMean | Krum | NormClip, Field(discriminator="kind")
 ]
@@ -108,6 +166,13 @@ def robust_mean(
         raise ValueError("robust_mean needs at least one vector")
     if isinstance(aggregator, Mean):
         return weighted_mean(vectors, weights)
+    reason = aggregator.breaks(len(vectors))
+    if reason is not None:
+        # A clustered algorithm's cluster can be smaller than the run the
+        # scenario was checked against: said, never silent.
+        warnings.warn(f"a cluster of {reason}", AssumptionWarning, stacklevel=2)
+        if isinstance(aggregator, Krum):  # no neighbour count: no step
+            return np.zeros_like(np.asarray(vectors[0], dtype=np.float64))
     if isinstance(aggregator, NormClip):
         return weighted_mean(clip_norms(vectors, aggregator.max_norm), weights)
     stack = np.stack([np.asarray(v, dtype=np.float64) for v in vectors])
@@ -135,16 +200,28 @@ def clip_norms(
 
 def krum(stack: np.ndarray, f: int, m: int = 1) -> list[int]:
     """The rows (in score order) of the `m` vectors whose `n − f − 2` nearest
-    neighbours are closest in squared L2 distance (at least one neighbour;
-    ties: the lower row). From one Gram matrix."""
+    neighbours are closest in squared L2 distance (ties: the lower row). From
+    one Gram matrix.
+
+    Raises:
+        ValueError: `n <= 2f + 2`, where Krum is not defined.
+    """
     n = stack.shape[0]
-    if n <= 2:
-        return list(range(min(m, n)))
+    if n <= 2 * f + 2:
+        raise ValueError(f"krum needs n > 2f + 2, got n = {n}, f = {f}")
     gram = stack @ stack.T
     sq = np.diag(gram)
     dist = np.maximum(sq[:, None] + sq[None, :] - 2 * gram, 0.0)
-    neighbours = max(n - f - 2, 1)
+    neighbours = n - f - 2
     others = np.sort(dist + np.diag(np.full(n, np.inf)), axis=1)[:, :neighbours]
     scores = others.sum(axis=1)
     order = np.argsort(scores, kind="stable")
     return [int(i) for i in order[: min(m, n)]]
+
+
+def _least(beta: float) -> int:
+    """The fewest updates of which trimmed mean cuts one per end."""
+    n = max(1, math.floor(1 / beta) - 1)  # float rounding: step up from below
+    while int(beta * n) < 1:
+        n += 1
+    return n
