@@ -14,7 +14,10 @@ codec:
 - `hang`: no reply at all. The host keeps serving its other clients; the
   server's wall-clock `task_timeout_s` ends the task as failed.
 
-and the Byzantine ones, clients that lie inside well-formed messages:
+and the Byzantine ones, clients that lie inside well-formed messages (the
+attacks of the literature, `alie`, `ipm`, `minmax`, `minsum`, `mimic`,
+`gaussian`, are forged by the simulator from the honest updates the
+coalition knows, `adversary.py`; `label_flip` trains on labels C − 1 − y):
 
 - `lie_samples`: its honest update, claiming 2**63 − 1 training samples (the
   codec refuses a count over its bound; a smaller lie above the `n_train` the
@@ -75,10 +78,29 @@ Behaviour = Literal[
     "forge_leave",
     "squat_ids",
     "flood",
+    "alie",
+    "ipm",
+    "minmax",
+    "minsum",
+    "mimic",
+    "gaussian",
+    "label_flip",
 ]
 BEHAVIOURS: tuple[Behaviour, ...] = get_args(Behaviour)  # derived, not rewritten
 BYZANTINE: tuple[Behaviour, ...] = BEHAVIOURS[5:]
-POISONING: tuple[Behaviour, ...] = ("sign_flip",)
+SIMULATED: tuple[Behaviour, ...] = (
+    "alie",
+    "ipm",
+    "minmax",
+    "minsum",
+    "mimic",
+    "gaussian",
+)
+"""The attacks the simulator forges (`adversary.py`): the client trains and
+answers honestly, and its coalition's vector replaces its delta on the way."""
+COLLUDING: tuple[Behaviour, ...] = ("alie", "ipm", "minmax", "minsum")
+"""The attacks computed from the coalition's honest updates of the round."""
+POISONING: tuple[Behaviour, ...] = ("sign_flip", *SIMULATED, "label_flip")
 """The behaviours whose lies are accepted (well-formed, under every bound):
 the ones a robust aggregator must outvote, counted against its assumption."""
 GARBAGE_KEY = 7  # the random stream of a client's garbage bytes, under its seed
@@ -112,10 +134,35 @@ class FaultPlan(BaseModel):
         description="sign_flip: stay under this norm (the scenario's bound)",
     )
 
+    epsilon: float = Field(
+        0.5, gt=0, allow_inf_nan=False, description="ipm: the update is −ε × mean"
+    )
+    z: float | None = Field(
+        None,
+        allow_inf_nan=False,
+        description="alie: standard deviations added to the mean (None: Baruch"
+        " et al.'s z_max for the round's clients and attackers)",
+    )
+    deviation: Literal["std", "unit_vec", "sign"] = Field(
+        "std", description="minmax, minsum: the direction moved against"
+    )
+    sigma: float = Field(
+        1.0, gt=0, allow_inf_nan=False, description="gaussian: each coordinate's σ"
+    )
+
     @model_validator(mode="after")
     def _ordered(self) -> FaultPlan:
         if self.until is not None and self.until < self.start:
             raise ValueError(f"until ({self.until}) is before start ({self.start})")
+        if self.behaviour == "label_flip" and (self.start, self.every, self.until) != (
+            0,
+            1,
+            None,
+        ):
+            raise ValueError(
+                "label_flip poisons the client's data for the whole run: it"
+                " takes no start, every or until"
+            )
         return self
 
     def active(self, round: int) -> bool:
@@ -130,10 +177,25 @@ class FaultyClientSpec(ClientSpec):
     faults: tuple[FaultPlan, ...] = Field(default=(), description="its misbehaviours")
 
     def data_key(self) -> dict[str, Any]:
-        """As an honest client's: faults change no tensor."""
+        """As an honest client's: faults change no tensor, but label_flip's."""
         key = super().data_key()
         key.pop("faults", None)
+        if self.flips_labels:
+            key["label_flip"] = True
         return key
+
+    @property
+    def flips_labels(self) -> bool:
+        """Whether it trains on flipped labels (`label_flip`)."""
+        return any(p.behaviour == "label_flip" for p in self.faults)
+
+
+def flipped_labels(spec: ClientSpec, y: Any, n_classes: int) -> Any:
+    """`y` (a client's training labels) as a label_flip client trains on
+    them: y → C − 1 − y (ByzFL's and Blades' flip); others' unchanged."""
+    if isinstance(spec, FaultyClientSpec) and spec.flips_labels:
+        return n_classes - 1 - y
+    return y
 
 
 def load_spec(data: bytes | str) -> ClientSpec:
@@ -161,6 +223,8 @@ class FaultyBehaviour:
             return None
         for plan in self.plans:
             if plan.active(request.round):
+                if plan.behaviour in (*SIMULATED, "label_flip"):
+                    return None  # honest here: forged by the simulator, or its data
                 if plan.behaviour == "replay" and self.last_update is None:
                     return None  # nothing to replay yet
                 return plan.behaviour

@@ -173,6 +173,9 @@ def build_trainer(
         )
     y = _labels(spec, data.y, data.n_classes)
     train = torch.tensor(spec.train, dtype=torch.long)
+    from .faults import flipped_labels  # faults.py imports this module
+
+    y_train = flipped_labels(spec, y[train], data.n_classes)
     test = torch.tensor(spec.test, dtype=torch.long)
     # Unrotated clients read the shared dataset through their indices.
     x_train, x_test = Rows(data.x, train), Rows(data.x, test)
@@ -182,7 +185,7 @@ def build_trainer(
     return LocalTrainer(
         model,
         x_train,
-        y[train],
+        y_train,
         x_test,
         y[test],
         seed=spec.seed,

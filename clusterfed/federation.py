@@ -320,6 +320,7 @@ class Federation:
         for spec in specs:
             if isinstance(spec, FaultyClientSpec):
                 self.server.roster.faulty.add(ClientId(spec.id))
+                self.server.adversary.enlist(ClientId(spec.id), spec.faults, spec.seed)
             if spec.privacy is not None:
                 self.privacy[spec.id] = spec.privacy
         joins = await self.runtime.add(specs)

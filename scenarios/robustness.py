@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from clusterfed.actors.faults import POISONING
+from clusterfed.actors.faults import COLLUDING, POISONING, SIMULATED
 from clusterfed.algorithms import make
 from clusterfed.algorithms._buffers import Buffered
 from clusterfed.algorithms.registry import resolve
@@ -67,3 +67,36 @@ def check_aggregator(scenario: Scenario) -> None:
     reason = rule.breaks(n, byzantine)
     if reason is not None:
         raise ValueError(f"aggregator: {reason} ({where})")
+
+
+def check_attacks(scenario: Scenario) -> None:
+    """Refuse an attack the scenario cannot stage.
+
+    The simulator forges `SIMULATED` attacks at the close of a synchronous
+    round (`actors/adversary.py`); ALIE, MinMax and MinSum take a standard
+    deviation of the coalition's honest updates, so they need two attackers
+    of the same behaviour; mimic copies an honest client, so one must exist.
+
+    Raises:
+        ValueError: the reason, naming the `faulty` entry.
+    """
+    faulty_ids = {c for f in scenario.faulty for c in f.ids}
+    for i, faulty in enumerate(scenario.faulty):
+        where = f"faulty[{i}] ({faulty.behaviour})"
+        if faulty.behaviour not in SIMULATED:
+            continue
+        if scenario.mode == "async":
+            raise ValueError(
+                f"{where}: the simulator forges this attack when a synchronous"
+                ' round closes; use mode = "sync"'
+            )
+        coalition = {
+            c for f in scenario.faulty if f.behaviour == faulty.behaviour for c in f.ids
+        }
+        if faulty.behaviour in COLLUDING[:1] + COLLUDING[2:] and len(coalition) < 2:
+            raise ValueError(
+                f"{where}: a coalition of {len(coalition)} client(s) has no"
+                " standard deviation to shift by; list at least 2 clients"
+            )
+        if faulty.behaviour == "mimic" and len(faulty_ids) >= scenario.clients:
+            raise ValueError(f"{where}: mimic copies an honest client; none is left")

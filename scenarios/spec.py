@@ -43,7 +43,7 @@ from .partitions import (
     ShardsPartition,
 )
 from .privacy import DPSpec
-from .robustness import check_aggregator
+from .robustness import check_aggregator, check_attacks
 from .transforms import TransformSpec, n_transform_groups
 
 # Partitions, bounds and client specs live in modules of their own; the
@@ -354,6 +354,7 @@ class Scenario(_Spec):
                     f" automatic {default_task_timeout(self):g} s would hold"
                     " each of its rounds that long)"
                 )
+        check_attacks(self)  # robustness.py
         return self
 
     def faults_of(self, client: int) -> tuple[FaultPlan, ...]:

@@ -1,0 +1,144 @@
+"""The omniscient and colluding attacks of the Byzantine-robustness literature,
+as maths on flat update vectors (float64 in, float64 out).
+
+Each takes the honest updates its attackers know (`honest`, one row each, in
+client order) and returns the one vector every attacker of the coalition
+sends. The conventions are ByzFL's (`byzfl.attacks`, the test oracle) where
+ByzFL has the attack:
+
+- `alie`: "A Little Is Enough" (Baruch, Baruch, Goldberg, NeurIPS 2019):
+  the mean plus `z` standard deviations (unbiased, per coordinate); `z`
+  defaults to the paper's z_max for `n` clients of which `f` collude (the
+  largest shift the median-like rules cannot tell from an honest one);
+- `ipm`: inner product manipulation (Xie, Koyejo, Gupta, "Fall of Empires",
+  UAI 2020): −ε times the mean;
+- `minmax`, `minsum`: Shejwalkar & Houmansadr, "Manipulating the Byzantine:
+  Optimizing Model Poisoning Attacks and Defenses for Federated Learning",
+  NDSS 2021 (their AGR-agnostic attacks): the mean minus γ times a
+  deviation (the coordinate-wise std by default, the mean's unit vector or
+  its sign), γ the largest found by their halving search such that the
+  malicious vector's largest distance (minmax) or sum of squared distances
+  (minsum) to the honest ones stays within the honest ones' own largest;
+- `mimic`: Karimireddy, He, Jaggi, "Byzantine-Robust Learning on
+  Heterogeneous Datasets via Bucketing", ICLR 2022: an honest client's update
+  sent again by every attacker (the honest client with the lowest id);
+- `gaussian`: a vector of N(0, σ²) coordinates, each attacker its own.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.stats import norm
+
+Deviation = str  # "std" | "unit_vec" | "sign"
+DEVIATIONS = ("std", "unit_vec", "sign")
+GAMMA_INIT = 10.0  # the halving search's start and tolerance, as the paper's code
+GAMMA_TOLERANCE = 1e-5
+
+
+def _rows(honest: np.ndarray, least: int, attack: str) -> np.ndarray:
+    stack = np.asarray(honest, dtype=np.float64)
+    if stack.ndim != 2 or stack.shape[0] < least:
+        raise ValueError(
+            f"{attack} needs at least {least} honest update(s), got"
+            f" {0 if stack.ndim != 2 else stack.shape[0]}"
+        )
+    return stack
+
+
+def z_max(n: int, f: int) -> float:
+    """Baruch et al.'s z: s = ⌊n/2 + 1⌋ − f clients must be won over; z is
+    the standard normal's (n − s)/n quantile."""
+    if not 0 < f < n:
+        raise ValueError(f"z_max needs 0 < f < n, got n = {n}, f = {f}")
+    s = math.floor(n / 2 + 1) - f
+    return float(norm.ppf((n - s) / n))
+
+
+def alie(honest: np.ndarray, z: float) -> np.ndarray:
+    """The mean plus `z` unbiased standard deviations, per coordinate."""
+    stack = _rows(honest, 2, "alie")
+    return np.asarray(stack.mean(axis=0) + z * stack.std(axis=0, ddof=1))
+
+
+def ipm(honest: np.ndarray, epsilon: float) -> np.ndarray:
+    """−ε times the mean."""
+    stack = _rows(honest, 1, "ipm")
+    return np.asarray(-epsilon * stack.mean(axis=0))
+
+
+def deviation(honest: np.ndarray, kind: Deviation) -> np.ndarray:
+    """The direction MinMax and MinSum move against."""
+    stack = np.asarray(honest, dtype=np.float64)
+    mean = stack.mean(axis=0)
+    if kind == "std":
+        return np.asarray(stack.std(axis=0))
+    if kind == "unit_vec":
+        length = float(np.linalg.norm(mean))
+        return mean / length if length > 0 else mean
+    if kind == "sign":
+        return np.sign(mean)
+    raise ValueError(f"deviation must be one of {DEVIATIONS}, got {kind!r}")
+
+
+def _squared_distances(stack: np.ndarray) -> np.ndarray:
+    gram = stack @ stack.T
+    sq = np.diag(gram)
+    return np.maximum(sq[:, None] + sq[None, :] - 2 * gram, 0.0)
+
+
+def _largest_gamma(
+    stack: np.ndarray, direction: np.ndarray, fits: object, bound: float
+) -> float:
+    """The paper's halving search for the largest γ with fits(mean − γ·dir)."""
+    mean = stack.mean(axis=0)
+    gamma, step, success = GAMMA_INIT, GAMMA_INIT, 0.0
+    assert callable(fits)
+    while abs(success - gamma) > GAMMA_TOLERANCE:
+        if fits(mean - gamma * direction) <= bound:
+            success = gamma
+            gamma += step / 2
+        else:
+            gamma -= step / 2
+        step /= 2
+    return success
+
+
+def minmax(honest: np.ndarray, kind: Deviation = "std") -> np.ndarray:
+    """The mean minus γ·deviation, its largest distance to an honest update
+    no larger than the largest distance between two honest ones."""
+    stack = _rows(honest, 2, "minmax")
+    direction = deviation(stack, kind)
+    bound = float(np.sqrt(_squared_distances(stack).max()))
+
+    def farthest(vector: np.ndarray) -> float:
+        return float(np.sqrt(np.square(stack - vector).sum(axis=1)).max())
+
+    gamma = _largest_gamma(stack, direction, farthest, bound)
+    return np.asarray(stack.mean(axis=0) - gamma * direction)
+
+
+def minsum(honest: np.ndarray, kind: Deviation = "std") -> np.ndarray:
+    """The mean minus γ·deviation, its sum of squared distances to the honest
+    updates no larger than the largest such sum of an honest one."""
+    stack = _rows(honest, 2, "minsum")
+    direction = deviation(stack, kind)
+    bound = float(_squared_distances(stack).sum(axis=1).max())
+
+    def spread(vector: np.ndarray) -> float:
+        return float(np.square(stack - vector).sum())
+
+    gamma = _largest_gamma(stack, direction, spread, bound)
+    return np.asarray(stack.mean(axis=0) - gamma * direction)
+
+
+def mimic(honest: np.ndarray) -> np.ndarray:
+    """The first honest update (the honest client of the lowest id)."""
+    return np.array(_rows(honest, 1, "mimic")[0])
+
+
+def gaussian(size: int, sigma: float, rng: np.random.Generator) -> np.ndarray:
+    """`size` coordinates drawn from N(0, σ²)."""
+    return rng.normal(0.0, sigma, size)
