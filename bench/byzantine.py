@@ -10,7 +10,6 @@ over sittings like bench/benchmark.py.
     python bench/byzantine.py --resume           # run what the records lack
     python bench/byzantine.py --only alie__median --seeds 0 --resume
     python bench/byzantine.py --no-run           # the page from the records
-    python bench/byzantine.py --cost             # time a few rounds, estimate
 
 Needs Fashion-MNIST (apt-get install -y dataset-fashion-mnist). The work is
 in the package beside this script, bench/byzantine/.
