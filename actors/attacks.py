@@ -32,6 +32,8 @@ import math
 import numpy as np
 from scipy.stats import norm
 
+from clusterfed.algorithms.defences import squared_distances
+
 Deviation = str  # "std" | "unit_vec" | "sign"
 DEVIATIONS = ("std", "unit_vec", "sign")
 GAMMA_INIT = 10.0  # the halving search's start and tolerance, as the paper's code
@@ -77,16 +79,10 @@ def deviation(honest: np.ndarray, kind: Deviation) -> np.ndarray:
         return np.asarray(stack.std(axis=0))
     if kind == "unit_vec":
         length = float(np.linalg.norm(mean))
-        return mean / length if length > 0 else mean
+        return np.asarray(mean / length if length > 0 else mean)
     if kind == "sign":
-        return np.sign(mean)
+        return np.asarray(np.sign(mean))
     raise ValueError(f"deviation must be one of {DEVIATIONS}, got {kind!r}")
-
-
-def _squared_distances(stack: np.ndarray) -> np.ndarray:
-    gram = stack @ stack.T
-    sq = np.diag(gram)
-    return np.maximum(sq[:, None] + sq[None, :] - 2 * gram, 0.0)
 
 
 def _largest_gamma(
@@ -111,7 +107,7 @@ def minmax(honest: np.ndarray, kind: Deviation = "std") -> np.ndarray:
     no larger than the largest distance between two honest ones."""
     stack = _rows(honest, 2, "minmax")
     direction = deviation(stack, kind)
-    bound = float(np.sqrt(_squared_distances(stack).max()))
+    bound = float(np.sqrt(squared_distances(stack).max()))
 
     def farthest(vector: np.ndarray) -> float:
         return float(np.sqrt(np.square(stack - vector).sum(axis=1)).max())
@@ -125,7 +121,7 @@ def minsum(honest: np.ndarray, kind: Deviation = "std") -> np.ndarray:
     updates no larger than the largest such sum of an honest one."""
     stack = _rows(honest, 2, "minsum")
     direction = deviation(stack, kind)
-    bound = float(_squared_distances(stack).sum(axis=1).max())
+    bound = float(squared_distances(stack).sum(axis=1).max())
 
     def spread(vector: np.ndarray) -> float:
         return float(np.square(stack - vector).sum())

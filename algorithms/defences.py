@@ -28,7 +28,7 @@ def squared_distances(stack: np.ndarray) -> np.ndarray:
     """Pairwise squared L2 distances, from one Gram matrix."""
     gram = stack @ stack.T
     sq = np.diag(gram)
-    return np.maximum(sq[:, None] + sq[None, :] - 2 * gram, 0.0)
+    return np.asarray(np.maximum(sq[:, None] + sq[None, :] - 2 * gram, 0.0))
 
 
 def geometric_median(stack: np.ndarray, nu: float, iterations: int) -> np.ndarray:
@@ -58,13 +58,6 @@ def centered_clip(
     return v
 
 
-def krum_scores(stack: np.ndarray, f: int) -> np.ndarray:
-    """Each row's sum of squared distances to its n − f − 2 nearest others."""
-    n = stack.shape[0]
-    dist = squared_distances(stack) + np.diag(np.full(n, np.inf))
-    return np.sort(dist, axis=1)[:, : n - f - 2].sum(axis=1)
-
-
 def bulyan(stack: np.ndarray, f: int) -> np.ndarray:
     """Bulyan (El Mhamdi, Guerraoui, Rouault, ICML 2018) over Krum: θ = n − 2f
     rows chosen by Krum one at a time (each time among the rows left), then
@@ -72,12 +65,12 @@ def bulyan(stack: np.ndarray, f: int) -> np.ndarray:
     median. Needs n ≥ 4f + 3."""
     left = list(range(stack.shape[0]))
     chosen = []
+    every = squared_distances(stack)  # once: each selection reads a part
     for _ in range(stack.shape[0] - 2 * f):
         # Krum among the rows left; with too few left for n − f − 2
         # neighbours, the closest-pair score of what remains (at least one).
-        rows = stack[left]
         k = max(len(left) - f - 2, 1)
-        dist = squared_distances(rows) + np.diag(np.full(len(left), np.inf))
+        dist = every[np.ix_(left, left)] + np.diag(np.full(len(left), np.inf))
         scores = np.sort(dist, axis=1)[:, :k].sum(axis=1)
         best = int(np.argmin(scores))  # ties: the lower row
         chosen.append(left.pop(best))
@@ -85,7 +78,7 @@ def bulyan(stack: np.ndarray, f: int) -> np.ndarray:
     beta = selected.shape[0] - 2 * f
     median = np.median(selected, axis=0)
     order = np.argsort(np.abs(selected - median), axis=0, kind="stable")[:beta]
-    return np.take_along_axis(selected, order, axis=0).mean(axis=0)
+    return np.asarray(np.take_along_axis(selected, order, axis=0).mean(axis=0))
 
 
 def dnc(
