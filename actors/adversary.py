@@ -18,6 +18,9 @@ What each attack knows:
   issue defines it: they see each other's honest updates;
 - `mimic`: the update of the honest client of the lowest id that replied
   (an honest update is what it copies);
+- `fang`: the coalition's honest updates and the rule in use (Fang et al.
+  define one attack per rule: Krum's for `krum` and `bulyan`, the trimmed
+  mean's for every other rule);
 - `gaussian`: nothing; each attacker draws its own vector from its seed.
 
 Everything is taken in client order, so the forged vectors are the same in
@@ -35,6 +38,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from clusterfed.algorithms.robust import MEAN, AggregatorRule, Bulyan, Krum
 from clusterfed.protocol import UpdateReply
 from clusterfed.seeding import numpy_rng
 from clusterfed.types import ClientId
@@ -44,6 +48,7 @@ from .faults import COLLUDING, SIMULATED, FaultPlan
 from .outcome import Exchange
 
 GAUSSIAN_KEY = 11  # the random stream of a gaussian attacker's vectors
+FANG_KEY = 13  # the random stream of a fang coalition's values
 
 
 class AttackWarning(RuntimeWarning):
@@ -53,7 +58,8 @@ class AttackWarning(RuntimeWarning):
 class Adversary:
     """Every faulty client's plans, and the round's replies it forges."""
 
-    def __init__(self) -> None:
+    def __init__(self, aggregator: AggregatorRule = MEAN) -> None:
+        self.aggregator = aggregator  # the rule `fang` attacks
         self.plans: dict[ClientId, tuple[FaultPlan, ...]] = {}
         self.seeds: dict[ClientId, int] = {}
         self._seen: dict[ClientId, np.ndarray] = {}
@@ -103,6 +109,9 @@ class Adversary:
                         rng = numpy_rng(self.seeds[c], GAUSSIAN_KEY, round)
                         vectors[c] = attacks.gaussian(known.shape[1], plan.sigma, rng)
                     continue
+                if behaviour == "fang":
+                    vectors.update(self._fang(members, known, round))
+                    continue
                 if behaviour == "mimic":
                     if not honest:
                         raise ValueError("mimic needs an honest update, none came")
@@ -118,6 +127,19 @@ class Adversary:
                 continue
             vectors.update({c: vector for c in members})
         return [_with_delta(e, vectors[c]) if c in vectors else e for c, e in exchanges]
+
+    def _fang(
+        self, members: list[ClientId], known: np.ndarray, round: int
+    ) -> dict[ClientId, np.ndarray]:
+        """Fang et al.'s attack on the rule in use: Krum's (Krum, Bulyan) or
+        the trimmed mean's (every other rule, the median's included)."""
+        rule = self.aggregator
+        if isinstance(rule, Krum | Bulyan):
+            vector = attacks.fang_krum(known, len(members), rule.f)
+            return {c: vector for c in members}
+        rng = numpy_rng(self.seeds[members[0]], FANG_KEY, round)
+        rows = attacks.fang_trimmed(known, len(members), rng)
+        return {c: rows[i] for i, c in enumerate(members)}
 
     @staticmethod
     def _colluding(

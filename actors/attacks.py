@@ -138,3 +138,47 @@ def mimic(honest: np.ndarray) -> np.ndarray:
 def gaussian(size: int, sigma: float, rng: np.random.Generator) -> np.ndarray:
     """`size` coordinates drawn from N(0, σ²)."""
     return rng.normal(0.0, sigma, size)
+
+
+def fang_trimmed(
+    honest: np.ndarray, attackers: int, rng: np.random.Generator, b: float = 2.0
+) -> np.ndarray:
+    """Fang et al.'s attack on trimmed mean and median ("Local Model
+    Poisoning Attacks to Byzantine-Robust Federated Learning", USENIX
+    Security 2020, full-knowledge form with the coalition's updates as the
+    benign ones), in update space: where the honest mean moves coordinate j
+    up (s_j ≥ 0), each attacker sends a value below the honest minimum
+    (uniform in [w_min/b, w_min] if w_min > 0, else [b·w_min, w_min]); where
+    it moves down, above the maximum (the mirror image). One row per
+    attacker."""
+    stack = _rows(honest, 1, "fang")
+    up = stack.mean(axis=0) >= 0
+    low, high = stack.min(axis=0), stack.max(axis=0)
+    below = np.where(low > 0, (low / b, low), (b * low, low))
+    above = np.where(high > 0, (high, b * high), (high, high / b))
+    lo = np.where(up, below[0], above[0])
+    hi = np.where(up, below[1], above[1])
+    return np.asarray(lo + rng.random((attackers, stack.shape[1])) * (hi - lo))
+
+
+def fang_krum(honest: np.ndarray, attackers: int, f: int) -> np.ndarray:
+    """Fang et al.'s attack on Krum (ibid.), in update space: −λ·s with s the
+    sign of the honest mean, every attacker the same vector, λ halved from
+    2·max‖h‖/√d until Krum over the benign updates and the attackers' copies
+    picks a copy (f capped where Krum is defined over that many: the
+    coalition knows its own updates only); below 1e-5, λ = 1e-5."""
+    from clusterfed.algorithms.robust import krum
+
+    stack = _rows(honest, 1, "fang")
+    n, d = stack.shape
+    direction = np.sign(stack.mean(axis=0))
+    total = n + attackers
+    f = max(0, min(f, (total - 3) // 2))
+    lam = 2.0 * float(np.linalg.norm(stack, axis=1).max()) / math.sqrt(d)
+    while lam > 1e-5:
+        vector = -lam * direction
+        trial = np.vstack([stack, np.repeat(vector[None, :], attackers, axis=0)])
+        if krum(trial, f)[0] >= n:
+            return np.asarray(vector)
+        lam /= 2
+    return np.asarray(-1e-5 * direction)

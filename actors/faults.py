@@ -15,8 +15,8 @@ codec:
   server's wall-clock `task_timeout_s` ends the task as failed.
 
 and the Byzantine ones, clients that lie inside well-formed messages (the
-attacks of the literature, `alie`, `ipm`, `minmax`, `minsum`, `mimic`,
-`gaussian`, are forged by the simulator from the honest updates the
+attacks of the literature, `alie`, `ipm`, `minmax`, `minsum`, `fang`,
+`mimic`, `gaussian`, are forged by the simulator from the honest updates the
 coalition knows, `adversary.py`; `label_flip` trains on labels C − 1 − y):
 
 - `lie_samples`: its honest update, claiming 2**63 − 1 training samples (the
@@ -85,6 +85,7 @@ Behaviour = Literal[
     "mimic",
     "gaussian",
     "label_flip",
+    "fang",
 ]
 BEHAVIOURS: tuple[Behaviour, ...] = get_args(Behaviour)  # derived, not rewritten
 BYZANTINE: tuple[Behaviour, ...] = BEHAVIOURS[5:]
@@ -95,10 +96,11 @@ SIMULATED: tuple[Behaviour, ...] = (
     "minsum",
     "mimic",
     "gaussian",
+    "fang",
 )
 """The attacks the simulator forges (`adversary.py`): the client trains and
 answers honestly, and its coalition's vector replaces its delta on the way."""
-COLLUDING: tuple[Behaviour, ...] = ("alie", "ipm", "minmax", "minsum")
+COLLUDING: tuple[Behaviour, ...] = ("alie", "ipm", "minmax", "minsum", "fang")
 """The attacks computed from the coalition's honest updates of the round."""
 POISONING: tuple[Behaviour, ...] = ("sign_flip", *SIMULATED, "label_flip")
 """The behaviours whose lies are accepted (well-formed, under every bound):

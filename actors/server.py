@@ -119,7 +119,7 @@ class ParameterServer(Membership):
         self.train_config = train_config
         # Forges the simulated attacks' replies (adversary.py); knows the
         # faulty clients the federation enlists.
-        self.adversary = Adversary()
+        self.adversary = Adversary(strategy.aggregator)
         self.clock = clock if clock is not None else SimClock()
         self.deadline = deadline or WaitAll()
         self.books = ReplyBooks()

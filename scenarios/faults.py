@@ -22,7 +22,8 @@ class Faulty(FaultPlan):
     1 MB histogram of a million empty maps); or the attacks of the
     literature, forged by the simulator from what the attackers know: "alie"
     (mean + `z` std of the coalition's honest updates), "ipm" (−`epsilon` ×
-    their mean), "minmax" / "minsum" (Shejwalkar & Houmansadr; `deviation`),
+    their mean), "minmax" / "minsum" (Shejwalkar & Houmansadr; `deviation`), "fang"
+    (Fang et al., against the aggregator in use),
     "mimic" (an honest client's update), "gaussian" (N(0, `sigma`²)), or
     "label_flip" (trains on labels C − 1 − y, the whole run). See
     `actors/faults.py` and `actors/adversary.py`.

@@ -22,13 +22,16 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from clusterfed.actors.faults import COLLUDING, POISONING, SIMULATED
+from clusterfed.actors.faults import POISONING, SIMULATED
 from clusterfed.algorithms import make
 from clusterfed.algorithms._buffers import Buffered
 from clusterfed.algorithms.registry import resolve
 
 if TYPE_CHECKING:
     from .spec import Scenario
+
+# The attacks that shift by a standard deviation of the coalition's updates.
+SHIFTED = ("alie", "minmax", "minsum")
 
 
 def byzantine_clients(scenario: Scenario) -> int:
@@ -93,7 +96,7 @@ def check_attacks(scenario: Scenario) -> None:
         coalition = {
             c for f in scenario.faulty if f.behaviour == faulty.behaviour for c in f.ids
         }
-        if faulty.behaviour in COLLUDING[:1] + COLLUDING[2:] and len(coalition) < 2:
+        if faulty.behaviour in SHIFTED and len(coalition) < 2:
             raise ValueError(
                 f"{where}: a coalition of {len(coalition)} client(s) has no"
                 " standard deviation to shift by; list at least 2 clients"

@@ -85,6 +85,45 @@ def test_minmax_keeps_within_the_honest_spread_and_minsum_within_its_sums() -> N
         assert np.linalg.norm(m - HONEST.mean(axis=0)) > 0.1  # it did move
 
 
+def test_fang_on_trimmed_mean_sends_values_beyond_the_honest_ends() -> None:
+    # Coordinate 0: honest 1 and 3, the mean goes up, so each attacker sends
+    # a value in [min/2, min] = [0.5, 1]; coordinate 1: honest −1 and −2, the
+    # mean goes down, so a value above the max: [max, max/2] = [−1, −0.5].
+    honest = np.array([[1.0, -1.0], [3.0, -2.0]])
+    rows = attacks.fang_trimmed(honest, 50, np.random.default_rng(0))
+    assert rows.shape == (50, 2)
+    assert ((rows[:, 0] >= 0.5) & (rows[:, 0] <= 1.0)).all()
+    assert ((rows[:, 1] >= -1.0) & (rows[:, 1] <= -0.5)).all()
+    # Coordinate 0: −1 and 5, up, a negative minimum: [b·min, min] = [−2, −1];
+    # coordinate 1: 1 and −5, down, a positive maximum: [max, b·max] = [1, 2].
+    other = attacks.fang_trimmed(
+        np.array([[-1.0, 1.0], [5.0, -5.0]]), 50, np.random.default_rng(0)
+    )
+    assert ((other[:, 0] >= -2.0) & (other[:, 0] <= -1.0)).all()
+    assert ((other[:, 1] >= 1.0) & (other[:, 1] <= 2.0)).all()
+
+
+def test_fang_on_krum_is_the_largest_halved_lambda_krum_picks() -> None:
+    # Spread honest updates (non-IID-like) around a small mean: a copy near
+    # the origin is closer to them than they are to each other.
+    honest = np.random.default_rng(5).normal(0.1, 1.0, size=(6, 50))
+    vector = attacks.fang_krum(honest, 4, f=3)
+    direction = np.sign(honest.mean(axis=0))
+    lam = float(-vector @ direction) / 50
+    assert_allclose(vector, -lam * direction)
+    start = 2 * np.linalg.norm(honest, axis=1).max() / np.sqrt(50)
+    halvings = np.log2(start / lam)
+    assert halvings == pytest.approx(round(halvings)) and lam > 1e-5
+    from clusterfed.algorithms.robust import krum
+
+    def picked(scale: float) -> bool:
+        copies = np.repeat((scale * vector)[None, :], 4, axis=0)
+        return krum(np.vstack([honest, copies]), 3)[0] >= 6
+
+    assert picked(1.0)
+    assert round(halvings) == 0 or not picked(2.0)  # the largest such λ
+
+
 def test_colluding_attacks_refuse_too_few_updates() -> None:
     with pytest.raises(ValueError, match="alie needs at least 2 honest update"):
         attacks.alie(HONEST[:1], 1.0)
@@ -182,7 +221,8 @@ def test_an_attack_the_scenario_cannot_stage_is_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    "attack", ["alie", "ipm", "minmax", "minsum", "mimic", "gaussian", "label_flip"]
+    "attack",
+    ["alie", "ipm", "minmax", "minsum", "mimic", "gaussian", "label_flip", "fang"],
 )
 def test_each_attack_runs_in_the_byzantine_scenario(
     attack: str, tmp_path: Path

@@ -24,6 +24,7 @@ ATTACKS = (
     "ipm",
     "minmax",
     "minsum",
+    "fang",
     "mimic",
     "gaussian",
     "label_flip",
