@@ -49,6 +49,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Literal, get_args
 
 import numpy as np
+import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from clusterfed.protocol import (
@@ -64,6 +65,8 @@ from clusterfed.protocol import (
 )
 from clusterfed.seeding import numpy_rng
 
+from .backdoor import stamp
+from .rows import Rows
 from .spec import ClientSpec
 
 Behaviour = Literal[
@@ -86,6 +89,7 @@ Behaviour = Literal[
     "gaussian",
     "label_flip",
     "fang",
+    "backdoor",
 ]
 BEHAVIOURS: tuple[Behaviour, ...] = get_args(Behaviour)  # derived, not rewritten
 BYZANTINE: tuple[Behaviour, ...] = BEHAVIOURS[5:]
@@ -102,10 +106,13 @@ SIMULATED: tuple[Behaviour, ...] = (
 answers honestly, and its coalition's vector replaces its delta on the way."""
 COLLUDING: tuple[Behaviour, ...] = ("alie", "ipm", "minmax", "minsum", "fang")
 """The attacks computed from the coalition's honest updates of the round."""
-POISONING: tuple[Behaviour, ...] = ("sign_flip", *SIMULATED, "label_flip")
+DATA_POISONING: tuple[Behaviour, ...] = ("label_flip", "backdoor")
+"""The attacks on a client's own data, for the whole run (`poisoned_data`)."""
+POISONING: tuple[Behaviour, ...] = ("sign_flip", *SIMULATED, *DATA_POISONING)
 """The behaviours whose lies are accepted (well-formed, under every bound):
 the ones a robust aggregator must outvote, counted against its assumption."""
 GARBAGE_KEY = 7  # the random stream of a client's garbage bytes, under its seed
+BACKDOOR_KEY = 17  # the samples a backdoor client stamps
 HUGE = 3.0e38  # finite in float32, ruinous in a model
 LIED_SAMPLES = 2**63 - 1
 SQUAT_OFFSET = 2**20
@@ -151,6 +158,13 @@ class FaultPlan(BaseModel):
     sigma: float = Field(
         1.0, gt=0, allow_inf_nan=False, description="gaussian: each coordinate's σ"
     )
+    target: int = Field(0, ge=0, description="backdoor: the label a trigger means")
+    trigger: int = Field(
+        3, ge=1, description="backdoor: the side in pixels of the trigger square"
+    )
+    poison_share: float = Field(
+        0.5, gt=0, le=1, description="backdoor: share of its samples it stamps"
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> FaultPlan:
@@ -182,22 +196,32 @@ class FaultyClientSpec(ClientSpec):
         """As an honest client's: faults change no tensor, but label_flip's."""
         key = super().data_key()
         key.pop("faults", None)
-        if self.flips_labels:
-            key["label_flip"] = True
+        poisons = [p.model_dump() for p in self.faults if p.behaviour in DATA_POISONING]
+        if poisons:
+            key["poisons"] = poisons
         return key
 
-    @property
-    def flips_labels(self) -> bool:
-        """Whether it trains on flipped labels (`label_flip`)."""
-        return any(p.behaviour == "label_flip" for p in self.faults)
 
-
-def flipped_labels(spec: ClientSpec, y: Any, n_classes: int) -> Any:
-    """`y` (a client's training labels) as a label_flip client trains on
-    them: y → C − 1 − y (ByzFL's and Blades' flip); others' unchanged."""
-    if isinstance(spec, FaultyClientSpec) and spec.flips_labels:
-        return n_classes - 1 - y
-    return y
+def poisoned_data(
+    spec: ClientSpec, x: Rows, y: torch.Tensor, n_classes: int
+) -> tuple[Rows, torch.Tensor]:
+    """A client's training images and labels as it trains on them: a
+    label_flip client reads y → C − 1 − y (ByzFL's and Blades' flip); a
+    backdoor client stamps its trigger on a `poison_share` of its images
+    (drawn from its seed; its own copy of them) and labels those `target`.
+    Others' as they are."""
+    for plan in getattr(spec, "faults", ()):
+        if plan.behaviour == "label_flip":
+            y = n_classes - 1 - y
+        elif plan.behaviour == "backdoor":
+            count = max(1, int(plan.poison_share * len(y)))
+            rng = numpy_rng(spec.seed, BACKDOOR_KEY)
+            rows = torch.from_numpy(np.sort(rng.permutation(len(y))[:count]))
+            images, y = x.gather().clone(), y.clone()
+            images[rows] = stamp(images[rows], plan.trigger)
+            y[rows] = plan.target
+            x = Rows(images)
+    return x, y
 
 
 def load_spec(data: bytes | str) -> ClientSpec:
@@ -225,7 +249,7 @@ class FaultyBehaviour:
             return None
         for plan in self.plans:
             if plan.active(request.round):
-                if plan.behaviour in (*SIMULATED, "label_flip"):
+                if plan.behaviour in (*SIMULATED, *DATA_POISONING):
                     return None  # honest here: forged by the simulator, or its data
                 if plan.behaviour == "replay" and self.last_update is None:
                     return None  # nothing to replay yet

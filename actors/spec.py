@@ -173,15 +173,17 @@ def build_trainer(
         )
     y = _labels(spec, data.y, data.n_classes)
     train = torch.tensor(spec.train, dtype=torch.long)
-    from .faults import flipped_labels  # faults.py imports this module
-
-    y_train = flipped_labels(spec, y[train], data.n_classes)
+    y_train = y[train]
     test = torch.tensor(spec.test, dtype=torch.long)
     # Unrotated clients read the shared dataset through their indices.
     x_train, x_test = Rows(data.x, train), Rows(data.x, test)
     if spec.rotation % 360:
         x_train = Rows(rotate(x_train.gather(), spec.rotation))
         x_test = Rows(rotate(x_test.gather(), spec.rotation))
+    if getattr(spec, "faults", ()):  # a poisoned client trains on its own copy
+        from .faults import poisoned_data  # faults.py imports this module
+
+        x_train, y_train = poisoned_data(spec, x_train, y_train, data.n_classes)
     return LocalTrainer(
         model,
         x_train,

@@ -25,7 +25,9 @@ class Faulty(FaultPlan):
     their mean), "minmax" / "minsum" (Shejwalkar & Houmansadr; `deviation`), "fang"
     (Fang et al., against the aggregator in use),
     "mimic" (an honest client's update), "gaussian" (N(0, `sigma`²)), or
-    "label_flip" (trains on labels C − 1 − y, the whole run). See
+    "label_flip" (trains on labels C − 1 − y, the whole run) or "backdoor"
+    (a pixel trigger on `poison_share` of its images, labelled `target`; the
+    run reports `backdoor_success`). See
     `actors/faults.py` and `actors/adversary.py`.
     """
 

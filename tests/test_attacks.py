@@ -237,3 +237,54 @@ def test_each_attack_runs_in_the_byzantine_scenario(
     rows = {c["id"]: c for c in result.rows[1]["clients"]}
     assert all(rows[c]["trained"] for c in (1, 6, 11, 16))
     assert result.summary["rejected_messages"] == 0
+
+
+# -- the backdoor: a pixel trigger, a target label, its success rate -------------
+
+
+def test_stamp_whitens_the_bottom_right_square_of_every_image() -> None:
+    from clusterfed.actors.backdoor import stamp
+
+    images = torch.zeros(2, 1, 5, 5)
+    stamped = stamp(images, 2)
+    assert stamped[:, :, 3:, 3:].eq(1).all() and stamped.sum() == 2 * 4
+    assert images.sum() == 0  # a copy
+    flat = stamp(torch.zeros(3, 10), 2)
+    assert flat[:, 6:].eq(1).all() and flat[:, :6].eq(0).all()
+
+
+def test_a_backdoor_client_trains_on_stamped_target_labelled_samples() -> None:
+    from clusterfed.scenarios import plan_run
+
+    spec = plan_run(small_scenario(rounds=1)).clients[0]
+    plan = FaultPlan(behaviour="backdoor", target=3, trigger=2, poison_share=0.5)
+    poisoned = FaultyClientSpec(**dict(spec), faults=(plan,))
+    honest, bad = build_trainer(spec), build_trainer(poisoned)
+    changed = (bad.y_train != honest.y_train) | (
+        bad._x_train.gather() != honest._x_train.gather()
+    ).flatten(1).any(dim=1)
+    stamped = bad._x_train.gather()[..., -2:, -2:].flatten(1).eq(1).all(dim=1)
+    assert int(stamped.sum()) == len(spec.train) // 2  # the share, stamped
+    assert (bad.y_train[stamped] == 3).all()
+    assert not changed[~stamped].any()  # the others as they were
+    assert torch.equal(bad.y_test, honest.y_test)
+
+
+def test_a_backdoor_run_reports_its_success_rate_beside_clean_accuracy(
+    tmp_path: Path,
+) -> None:
+    scenario = with_overrides(
+        load_scenario("byzantine"), ["faulty=backdoor", "rounds=2"]
+    )
+    result = clusterfed.run(scenario, out=tmp_path, workers=1)
+    rates = [row["backdoor_success"] for row in result.rows]
+    assert all(0.0 <= r <= 1.0 for r in rates)
+    assert result.summary["backdoor_success_final"] == rates[-1]
+    assert result.summary["final_mean_acc"] is not None
+    clean = clusterfed.run(
+        with_overrides(load_scenario("byzantine"), ["faulty=[]", "rounds=1"]),
+        out=tmp_path / "clean",
+        workers=1,
+    )
+    assert "backdoor_success" not in clean.rows[0]
+    assert "backdoor_success_final" not in clean.summary
