@@ -28,6 +28,7 @@ ATTACKS = (
     "mimic",
     "gaussian",
     "label_flip",
+    "backdoor",
 )
 # Defences, in the table's order: name → how it is set. `{f}` is the number
 # of attackers (the rules are told it, as FLANDERS tells its baselines) and

@@ -52,7 +52,9 @@ def write_page(
         " is FedAvg's final mean accuracy over the honest clients, the mean of"
         " the seeds ± the half-width of its 95 % Student t interval;"
         " *FLANDERS* is the published figure of that cell (their training, not"
-        " ours: a reference, not a replication).",
+        " ours: a reference, not a replication). The last row is the backdoor's"
+        " success rate: the share of triggered test images of other labels the"
+        " final model calls the target.",
         "",
     ]
     if quick:
@@ -75,6 +77,11 @@ def write_page(
                 text += f" *({FLANDERS[attack, defence]:.2f})*"
             cells.append(text)
         lines.append(f"| `{attack}` | " + " | ".join(cells) + " |")
+    backdoor = [
+        _cell(by_key.get(key("backdoor", d)), "fedavg", "backdoor_success_final")
+        for d in DEFENCES
+    ]
+    lines.append("| *backdoor success* | " + " | ".join(backdoor) + " |")
     lines += [
         "",
         "## Clustering as a defence",
