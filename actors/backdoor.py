@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from clusterfed.models import set_flat
+from clusterfed.types import ClusterId
 
 _BATCH = 4096  # images per forward pass
 
@@ -58,7 +59,7 @@ class BackdoorTest:
         self.images = stamp(images[keep], size)
         self.target = target
 
-    def success(self, models: Mapping[object, np.ndarray]) -> float | None:
+    def success(self, models: Mapping[ClusterId, np.ndarray]) -> float | None:
         """The share classified as the target; None with several models."""
         if len(models) != 1 or len(self.images) == 0:
             return None
