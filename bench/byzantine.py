@@ -8,7 +8,7 @@ over sittings like bench/benchmark.py.
 
     python bench/byzantine.py --quick            # a smoke test, < 10 minutes
     python bench/byzantine.py --resume           # run what the records lack
-    python bench/byzantine.py --only alie__median --seeds 0 --resume
+    python bench/byzantine.py --only alie__median --seeds 1 --resume
     python bench/byzantine.py --no-run           # the page from the records
 
 Needs Fashion-MNIST (apt-get install -y dataset-fashion-mnist). The work is

@@ -1,6 +1,5 @@
 """The Byzantine benchmark's layout (bench/byzantine.py, issue 37): the
-FLANDERS baseline's in Flower's repository (Gabrielli, Pica, Tolomei,
-"A Survey on Heterogeneous Federated Learning"/FLANDERS, baselines/flanders):
+FLANDERS baseline's in Flower's repository (adap/flower, baselines/flanders):
 100 Fashion-MNIST clients, all of them every round, 50 rounds, Dirichlet(0.5)
 label skew, an MLP, 20 % of the clients Byzantine.
 
