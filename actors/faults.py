@@ -14,7 +14,10 @@ codec:
 - `hang`: no reply at all. The host keeps serving its other clients; the
   server's wall-clock `task_timeout_s` ends the task as failed.
 
-and the Byzantine ones, clients that lie inside well-formed messages:
+and the Byzantine ones, clients that lie inside well-formed messages (the
+attacks of the literature, `alie`, `ipm`, `minmax`, `minsum`, `fang`,
+`mimic`, `gaussian`, are forged by the simulator from the honest updates the
+coalition knows, `adversary.py`; `label_flip` trains on labels C − 1 − y):
 
 - `lie_samples`: its honest update, claiming 2**63 − 1 training samples (the
   codec refuses a count over its bound; a smaller lie above the `n_train` the
@@ -46,6 +49,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Literal, get_args
 
 import numpy as np
+import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from clusterfed.protocol import (
@@ -61,6 +65,8 @@ from clusterfed.protocol import (
 )
 from clusterfed.seeding import numpy_rng
 
+from .backdoor import stamp
+from .rows import Rows
 from .spec import ClientSpec
 
 Behaviour = Literal[
@@ -75,10 +81,38 @@ Behaviour = Literal[
     "forge_leave",
     "squat_ids",
     "flood",
+    "alie",
+    "ipm",
+    "minmax",
+    "minsum",
+    "mimic",
+    "gaussian",
+    "label_flip",
+    "fang",
+    "backdoor",
 ]
 BEHAVIOURS: tuple[Behaviour, ...] = get_args(Behaviour)  # derived, not rewritten
 BYZANTINE: tuple[Behaviour, ...] = BEHAVIOURS[5:]
+SIMULATED: tuple[Behaviour, ...] = (
+    "alie",
+    "ipm",
+    "minmax",
+    "minsum",
+    "mimic",
+    "gaussian",
+    "fang",
+)
+"""The attacks the simulator forges (`adversary.py`): the client trains and
+answers honestly, and its coalition's vector replaces its delta on the way."""
+COLLUDING: tuple[Behaviour, ...] = ("alie", "ipm", "minmax", "minsum", "fang")
+"""The attacks computed from the coalition's honest updates of the round."""
+DATA_POISONING: tuple[Behaviour, ...] = ("label_flip", "backdoor")
+"""The attacks on a client's own data, for the whole run (`poisoned_data`)."""
+POISONING: tuple[Behaviour, ...] = ("sign_flip", *SIMULATED, *DATA_POISONING)
+"""The behaviours whose lies are accepted (well-formed, under every bound):
+the ones a robust aggregator must outvote, counted against its assumption."""
 GARBAGE_KEY = 7  # the random stream of a client's garbage bytes, under its seed
+BACKDOOR_KEY = 17  # the samples a backdoor client stamps
 HUGE = 3.0e38  # finite in float32, ruinous in a model
 LIED_SAMPLES = 2**63 - 1
 SQUAT_OFFSET = 2**20
@@ -109,10 +143,42 @@ class FaultPlan(BaseModel):
         description="sign_flip: stay under this norm (the scenario's bound)",
     )
 
+    epsilon: float = Field(
+        0.5, gt=0, allow_inf_nan=False, description="ipm: the update is −ε × mean"
+    )
+    z: float | None = Field(
+        None,
+        allow_inf_nan=False,
+        description="alie: standard deviations added to the mean (None: Baruch"
+        " et al.'s z_max for the round's clients and attackers)",
+    )
+    deviation: Literal["std", "unit_vec", "sign"] = Field(
+        "std", description="minmax, minsum: the direction moved against"
+    )
+    sigma: float = Field(
+        1.0, gt=0, allow_inf_nan=False, description="gaussian: each coordinate's σ"
+    )
+    target: int = Field(0, ge=0, description="backdoor: the label a trigger means")
+    trigger: int = Field(
+        3, ge=1, description="backdoor: the side in pixels of the trigger square"
+    )
+    poison_share: float = Field(
+        0.5, gt=0, le=1, description="backdoor: share of its samples it stamps"
+    )
+
     @model_validator(mode="after")
     def _ordered(self) -> FaultPlan:
         if self.until is not None and self.until < self.start:
             raise ValueError(f"until ({self.until}) is before start ({self.start})")
+        if self.behaviour == "label_flip" and (self.start, self.every, self.until) != (
+            0,
+            1,
+            None,
+        ):
+            raise ValueError(
+                "label_flip poisons the client's data for the whole run: it"
+                " takes no start, every or until"
+            )
         return self
 
     def active(self, round: int) -> bool:
@@ -127,10 +193,35 @@ class FaultyClientSpec(ClientSpec):
     faults: tuple[FaultPlan, ...] = Field(default=(), description="its misbehaviours")
 
     def data_key(self) -> dict[str, Any]:
-        """As an honest client's: faults change no tensor."""
+        """As an honest client's: faults change no tensor, but label_flip's."""
         key = super().data_key()
         key.pop("faults", None)
+        poisons = [p.model_dump() for p in self.faults if p.behaviour in DATA_POISONING]
+        if poisons:
+            key["poisons"] = poisons
         return key
+
+
+def poisoned_data(
+    spec: ClientSpec, x: Rows, y: torch.Tensor, n_classes: int
+) -> tuple[Rows, torch.Tensor]:
+    """A client's training images and labels as it trains on them: a
+    label_flip client reads y → C − 1 − y (ByzFL's and Blades' flip); a
+    backdoor client stamps its trigger on a `poison_share` of its images
+    (drawn from its seed; its own copy of them) and labels those `target`.
+    Others' as they are."""
+    for plan in getattr(spec, "faults", ()):
+        if plan.behaviour == "label_flip":
+            y = n_classes - 1 - y
+        elif plan.behaviour == "backdoor":
+            count = max(1, int(plan.poison_share * len(y)))
+            rng = numpy_rng(spec.seed, BACKDOOR_KEY)
+            rows = torch.from_numpy(np.sort(rng.permutation(len(y))[:count]))
+            images, y = x.gather().clone(), y.clone()
+            images[rows] = stamp(images[rows], plan.trigger)
+            y[rows] = plan.target
+            x = Rows(images)
+    return x, y
 
 
 def load_spec(data: bytes | str) -> ClientSpec:
@@ -158,6 +249,8 @@ class FaultyBehaviour:
             return None
         for plan in self.plans:
             if plan.active(request.round):
+                if plan.behaviour in (*SIMULATED, *DATA_POISONING):
+                    return None  # honest here: forged by the simulator, or its data
                 if plan.behaviour == "replay" and self.last_update is None:
                     return None  # nothing to replay yet
                 return plan.behaviour

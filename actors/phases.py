@@ -205,11 +205,21 @@ async def train(
             lateness=after_deadline if late else on_time,
         )
 
+    adversary = round.adversary
+    forged = adversary.forging(round.number) if adversary is not None else {}
+    held: dict[int, bool] = {}  # an attacker's reply, kept for the forge: late?
+
     def on_arrival(index: int, exchange: Exchange) -> Exchange:
+        if forged:
+            assert adversary is not None
+            adversary.observe(plans[index].client, exchange)
         if round.fold is None:  # timed and settled in plan order, below
             return exchange
         timing(plans[index], exchange)
         late = bool(arrives_late(deadline, lengths[plans[index].client]))
+        if plans[index].client in forged:  # settled once forged, below
+            held[index] = late
+            return exchange
         settled[index] = settle(index, exchange, late)
         return settled[index].exchange
 
@@ -219,6 +229,11 @@ async def train(
         round.roster,
         on_exchange=on_arrival,
     )
+    if forged:  # the simulator's attack, before the server judges the reply
+        assert adversary is not None
+        exchanges = adversary.forge(
+            round.number, [(p.client, e) for p, e in zip(plans, exchanges, strict=True)]
+        )
     if round.fold is None:
         # In plan order: with a client planned twice, its later plan's timing
         # counts, whatever order the replies came back in.
@@ -227,7 +242,9 @@ async def train(
     length, late = close_round(lengths, deadline)
     updates = []
     for index, (plan, exchange) in enumerate(zip(plans, exchanges, strict=True)):
-        if index not in settled:
+        if index in held:
+            settled[index] = settle(index, exchange, held[index])
+        elif index not in settled:
             settled[index] = settle(index, exchange, plan.client in late)
         updates.append(round.record(settled[index]))
     return updates, length

@@ -29,6 +29,7 @@ from clusterfed.algorithms import ClientUpdate, TaskPlan, is_mixture
 from clusterfed.protocol import UpdateReply
 from clusterfed.types import ClientId, model_key
 
+from .adversary import Adversary
 from .folding import RoundFold, without_delta
 from .outcome import ClientOutcome, Exchange
 from .roster import Roster
@@ -108,6 +109,8 @@ class Round:
         rejections: the run's refusals, in the order they happen.
         limits: what an update must fit.
         fold: the round's running sums, for a strategy that folds.
+        adversary: forges the simulated attacks' replies (`adversary.py`);
+            None: no attacker.
         once_per_client: a second accepted update of one client is refused
             (a synchronous round: one task each); False in asynchronous mode,
             where a fast client may send several before the next aggregation.
@@ -120,6 +123,7 @@ class Round:
     limits: UpdateLimits
     fold: RoundFold | None = None
     once_per_client: bool = True
+    adversary: Adversary | None = None
     # Derived, never passed: who has an accepted update, and the weight cap.
     _updated: set[ClientId] = field(default_factory=set, init=False)
     _weight_cap: float | None = field(default=None, init=False)

@@ -38,6 +38,7 @@ from clusterfed.errors import ClusterfedError, ConfigError
 from clusterfed.protocol import MAX_MESSAGE_BYTES, Shutdown, TrainConfig
 
 from . import phases
+from .adversary import Adversary
 from .client_dp import ClientLevelDP
 from .clock import DeadlinePolicy, SimClock, WaitAll, arrives_late
 from .courier import Courier
@@ -122,6 +123,9 @@ class ParameterServer(Membership):
             epochs=train_config.epochs,
         )
         self.train_config = train_config
+        # Forges the simulated attacks' replies (adversary.py); knows the
+        # faulty clients the federation enlists.
+        self.adversary = Adversary(strategy.aggregator)
         self.clock = clock if clock is not None else SimClock()
         self.deadline = deadline or WaitAll()
         self.books = ReplyBooks()
@@ -165,6 +169,7 @@ class ParameterServer(Membership):
                 self._rejections,
                 self.limits,
                 once_per_client=once_per_client,
+                adversary=self.adversary,
             )
             return await (play or self._play)(members, books)
         finally:

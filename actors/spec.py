@@ -189,12 +189,17 @@ def build_trainer(
         )
     y = _labels(spec, data.y, data.n_classes)
     train = torch.tensor(spec.train, dtype=torch.long)
+    y_train = y[train]
     test = torch.tensor(spec.test, dtype=torch.long)
     # Unrotated clients read the shared dataset through their indices.
     x_train, x_test = Rows(data.x, train), Rows(data.x, test)
     if spec.rotation % 360:
         x_train = Rows(rotate(x_train.gather(), spec.rotation))
         x_test = Rows(rotate(x_test.gather(), spec.rotation))
+    if getattr(spec, "faults", ()):  # a poisoned client trains on its own copy
+        from .faults import poisoned_data  # faults.py imports this module
+
+        x_train, y_train = poisoned_data(spec, x_train, y_train, data.n_classes)
     test_set = _test_set(spec, data.n_classes)
     device = spec.device
     if device.type != "cpu":
@@ -208,7 +213,7 @@ def build_trainer(
     return LocalTrainer(
         model,
         x_train,
-        y[train].to(device),
+        y_train.to(device),
         x_test,
         y[test].to(device),
         seed=spec.seed,

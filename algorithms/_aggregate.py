@@ -11,9 +11,7 @@ import numpy as np
 from clusterfed.types import ClusterId
 
 from .base import ClientUpdate
-from .robust import MEAN, Krum, Mean, Median, NormClip, TrimmedMean, robust_mean
-
-AggregatorRule = Mean | Median | TrimmedMean | Krum | NormClip
+from .robust import MEAN, AggregatorRule, Mean, robust_mean
 
 ClusterMean = Literal["plain", "weighted"]
 """How a cluster averages its members: every member alike ("plain", the mean

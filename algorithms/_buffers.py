@@ -8,6 +8,12 @@ cluster model moves by `server_lr` times their weighted mean and the buffer
 empties. The other clusters' models and buffers stay as they are, so every
 cluster keeps its own pace.
 
+Under a robust `aggregator` (`robust.py`) a buffer keeps its discounted deltas
+one by one and the full buffer moves its cluster by the rule's fold of them
+(`server_lr` times it): the same rule as a synchronous round, over the
+buffer's `buffer_size` updates. Under `mean` it keeps only the sums, and the
+step is bit for bit what it was.
+
 A cluster's model moves by deltas, never to the mean of the members' end
 points: an end point of a stale update lies near the model it started from,
 and averaging end points would pull the cluster back there.
@@ -24,16 +30,20 @@ from clusterfed.types import ClusterId
 
 from ._staleness import Staleness, check_staleness, staleness_weight
 from .base import ClientUpdate
+from .robust import MEAN, AggregatorRule, Mean, robust_mean
 
 
 @dataclass(frozen=True)
 class ClusterBuffer:
     """What a cluster has received since its last step: Σ s(τ)·w·δ (float64),
-    Σ w, and how many updates."""
+    Σ w, and how many updates; under a robust rule each s(τ)·δ and its w too
+    (empty under `mean`)."""
 
     total: np.ndarray
     weight: float
     count: int
+    members: tuple[np.ndarray, ...] = ()
+    weights: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -78,20 +88,31 @@ class BufferRule:
         update: ClientUpdate,
         staleness: int,
         weight: float = 1.0,
+        aggregator: AggregatorRule = MEAN,
     ) -> tuple[dict[ClusterId, np.ndarray], dict[ClusterId, ClusterBuffer], bool]:
         """Add `update` (weighted by `weight` and s(τ)) to its cluster's
-        buffer; step that cluster when the buffer is full. Returns the models,
-        the buffers and whether a model moved. New mappings; none is mutated."""
+        buffer; step that cluster when the buffer is full, by `aggregator`.
+        Returns the models, the buffers and whether a model moved. New
+        mappings; none is mutated."""
         if update.delta is None or update.cluster not in models:
             return dict(models), dict(buffers), False
         cluster = update.cluster_id
         discount = staleness_weight(self.staleness, staleness, a=self.a, b=self.b)
         step = update.delta.astype(np.float64) * (discount * weight)
+        robust = not isinstance(aggregator, Mean)
+        member = (update.delta.astype(np.float64) * discount,) if robust else ()
+        kept = (weight,) if robust else ()
         old = buffers.get(cluster)
         buffer = (
-            ClusterBuffer(step, weight, 1)
+            ClusterBuffer(step, weight, 1, member, kept)
             if old is None
-            else ClusterBuffer(old.total + step, old.weight + weight, old.count + 1)
+            else ClusterBuffer(
+                old.total + step,
+                old.weight + weight,
+                old.count + 1,
+                old.members + member,
+                old.weights + kept,
+            )
         )
         new_models = dict(models)
         new_buffers = dict(buffers)
@@ -103,7 +124,11 @@ class BufferRule:
         # too: dividing by the count instead of 0 leaves the model where it was,
         # as a synchronous round skips updates of no samples.
         total = buffer.weight if buffer.weight > 0 else float(buffer.count)
-        moved = current + self.server_lr * buffer.total / total
+        if robust:
+            fold = robust_mean(buffer.members, buffer.weights, aggregator)
+            moved = current + self.server_lr * fold
+        else:
+            moved = current + self.server_lr * buffer.total / total
         new_models[cluster] = moved.astype(np.float32)
         new_buffers.pop(cluster, None)
         return new_models, new_buffers, True

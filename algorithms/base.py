@@ -58,7 +58,7 @@ from .records import ServerState as ServerState
 from .records import SubspaceRequest as SubspaceRequest
 from .records import TaskPlan as TaskPlan
 from .records import Want as Want
-from .robust import MEAN, Krum, Mean, Median, NormClip, TrimmedMean
+from .robust import MEAN, AggregatorRule, Mean
 
 if TYPE_CHECKING:  # _aggregate imports this module
     from ._aggregate import ClusterSums
@@ -105,7 +105,7 @@ class Strategy(ABC, Generic[S]):
     client's first round; the answers reach `on_describe`. Empty: clients
     send nothing about their data. At most one (TypeError at class creation
     otherwise): `on_describe` gets one kind."""
-    aggregator: Mean | Median | TrimmedMean | Krum | NormClip = MEAN
+    aggregator: AggregatorRule = MEAN
     """How each cluster folds its members' updates into one step
     (`robust.py`): the scenario's `aggregator`, set where the strategy is
     built. `mean`, the default, is the algorithm's own weighted mean."""
@@ -147,9 +147,13 @@ class Strategy(ABC, Generic[S]):
     a strategy that does not honour it is refused. False by default, and
     False on a class that defines `aggregate` without declaring it in the
     same class body: only the class that writes the aggregation can vouch
-    for it. It speaks of the synchronous rounds; the asynchronous mode's
-    buffers are weighted means, so a rule other than `mean` is refused there
-    for every strategy."""
+    for it. It speaks of the synchronous rounds; `honours_aggregator_async`
+    of the asynchronous mode."""
+    honours_aggregator_async: ClassVar[bool] = False
+    """Whether `absorb` folds each cluster's buffer by the scenario's
+    `aggregator` (`_buffers.py`). A scenario in `mode = "async"` with a rule
+    other than `mean` and a strategy that does not is refused (FedAsync
+    mixes each update alone: there is no set for a rule to fold)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # Declarations are checked once, where the class is written, so a

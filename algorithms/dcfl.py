@@ -138,6 +138,7 @@ class DCFL(Buffered, Strategy[DCFLState]):
     state_type = DCFLState
     honours_aggregator = True
     supports_async = True
+    honours_aggregator_async = True
 
     def __init__(
         self,
@@ -314,7 +315,12 @@ class DCFL(Buffered, Strategy[DCFLState]):
         if update.cluster == cluster:
             weight = float(max(update.n_samples, 0)) if self.sample_weighted else 1.0
             models, buffers, moved = self.buffering.fold(
-                state.models, state.buffers, update, staleness, weight
+                state.models,
+                state.buffers,
+                update,
+                staleness,
+                weight,
+                aggregator=self.aggregator,
             )
         window = (*state.window, update)
         size = self.window if self.window is not None else len(state.assignment)

@@ -57,6 +57,7 @@ class FedBuff(Buffered, FedAvg):
     supports_async = True
     async_only = True
     honours_aggregator = False
+    honours_aggregator_async = True
 
     def __init__(
         self,
@@ -89,6 +90,6 @@ class FedBuff(Buffered, FedAvg):
         # Every update weighs 1: the buffer's step is the plain mean of its
         # discounted deltas (Algorithm 1), whatever the sample counts.
         models, buffers, moved = self.buffering.fold(
-            state.models, state.buffers, update, staleness
+            state.models, state.buffers, update, staleness, aggregator=self.aggregator
         )
         return state.replace(models=models, buffers=buffers), moved

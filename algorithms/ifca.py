@@ -208,6 +208,7 @@ class IFCA(Buffered, IFCALoop[IFCAState]):
     name = "ifca"
     state_type = IFCAState
     supports_async = True
+    honours_aggregator_async = True
 
     def __init__(
         self,
@@ -253,7 +254,12 @@ class IFCA(Buffered, IFCALoop[IFCAState]):
             return state, False
         weight = float(max(update.n_samples, 0)) if self.mean == "weighted" else 1.0
         models, buffers, moved = self.buffering.fold(
-            state.models, state.buffers, update, staleness, weight
+            state.models,
+            state.buffers,
+            update,
+            staleness,
+            weight,
+            aggregator=self.aggregator,
         )
         assignment = {**state.assignment, update.client: update.cluster_id}
         new = state.replace(models=models, buffers=buffers, assignment=assignment)

@@ -41,7 +41,7 @@ from clusterfed.seeding import numpy_rng
 from clusterfed.types import ClientId
 
 from .checkpoint import Checkpoint, FederationSnapshot, write_checkpoint
-from .global_test import GlobalTest
+from .global_test import GlobalTest, backdoor_test
 from .provenance import algorithm_record
 from .results import Row, RunRecorder
 from .summary import cbcc_scores, staleness_summary, time_to_accuracy
@@ -116,6 +116,7 @@ class Federation:
         # The clock holds the devices; the engine keeps them current.
         self.engine = ScenarioEngine(self.plan, self.clock)
         self.global_test = GlobalTest(scenario, self.plan.dataset)
+        self.backdoor = backdoor_test(scenario, self.plan.dataset, self.plan.clients)
         self.server = build_server(self.plan, runtime, self.clock)
         self.driver: AsyncDriver | None = None
         if scenario.mode == "async":
@@ -192,6 +193,11 @@ class Federation:
             sim_time=self.clock.now,
             events=events,
             global_acc=self.global_test.accuracy(self.server.state.models),
+            extra=(
+                {"backdoor_success": self.backdoor.success(self.server.state.models)}
+                if self.backdoor is not None
+                else None
+            ),
         )
         if self.trace is not None:
             self.trace.flush()
@@ -333,6 +339,7 @@ class Federation:
         for spec in specs:
             if isinstance(spec, FaultyClientSpec):
                 self.server.roster.faulty.add(ClientId(spec.id))
+                self.server.adversary.enlist(ClientId(spec.id), spec.faults, spec.seed)
             if spec.privacy is not None:
                 self.privacy[spec.id] = spec.privacy
         joins = await self.runtime.add(specs)

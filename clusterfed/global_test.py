@@ -10,12 +10,14 @@ transform (rotation, label permutation) is applied.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
 
+from clusterfed.actors.backdoor import BackdoorTest, held_out
 from clusterfed.actors.privacy import private_model
+from clusterfed.actors.spec import ClientSpec
 from clusterfed.data.datasets import Dataset, load_test_split
 from clusterfed.models import build_model, set_flat
 from clusterfed.scenarios import Scenario
@@ -62,3 +64,26 @@ class GlobalTest:
                 y = self.test.y[start : start + _BATCH]
                 correct += int((self.net(x).argmax(dim=1) == y).sum())
         return correct / len(self.test)
+
+
+def backdoor_test(
+    scenario: Scenario, data: Dataset, specs: Sequence[ClientSpec]
+) -> BackdoorTest | None:
+    """The run's backdoor measure (`actors/backdoor.py`), where a `faulty`
+    entry is a backdoor: on the dataset's test split, or where it has none
+    on the held-out samples of the clients that are not faulty."""
+    plan = next((f for f in scenario.faulty if f.behaviour == "backdoor"), None)
+    if plan is None:
+        return None
+    test = load_test_split(scenario.dataset.name, scenario.dataset.root)
+    if test is not None:
+        images, labels = test.x, test.y
+    else:
+        faulty = {c for f in scenario.faulty for c in f.ids}
+        indices = [i for s in specs if s.id not in faulty for i in s.test]
+        images, labels = held_out(data.x, data.y, indices)
+    net = build_model(
+        scenario.model.name, data.input_shape, data.n_classes, **scenario.model.params
+    )
+    net = private_model(net) if scenario.dp is not None else net
+    return BackdoorTest(net, images, labels, plan.target, plan.trigger)

@@ -208,6 +208,7 @@ class RunRecorder:
         sim_time: float,
         events: Sequence[Any] = (),
         global_acc: float | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> Row:
         """Append the row of one round to rounds.jsonl and return it.
 
@@ -215,6 +216,8 @@ class RunRecorder:
         with drift); it scores the clustering and is never shown to algorithms.
         `sim_time` is simulated now at the round's end. `global_acc`: the
         server's one model on the dataset's test split (`GlobalTest`).
+        `extra`: fields of the run's own, after `global_acc` (a backdoor's
+        `backdoor_success`).
         """
         clients = [
             c.row(groups.get(c.id)) for c in sorted(outcome.clients, key=lambda c: c.id)
@@ -232,6 +235,7 @@ class RunRecorder:
             "ari": ari(truth, found),
             "purity": purity(truth, found),
             "global_acc": global_acc,
+            **(extra or {}),
             "bytes_up": outcome.bytes_up,
             "bytes_down": outcome.bytes_down,
             "epsilon_max": outcome.epsilon_max,

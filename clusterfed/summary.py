@@ -42,6 +42,11 @@ def summarize(rows: Sequence[Row], *, algorithm: str, scenario: str) -> Row:
         "rounds_to_purity90": reached[0] if reached else None,
         "n_clusters_final": last["n_clusters"] if last else None,
         "global_acc_final": last.get("global_acc") if last else None,
+        **(
+            {"backdoor_success_final": last["backdoor_success"]}
+            if last and "backdoor_success" in last
+            else {}
+        ),
         "epsilon_max": max(spent) if spent else None,
         "planned_updates": sum(r.get("planned_updates", 0) for r in rows),
         "late_updates": sum(r["late_updates"] for r in rows),

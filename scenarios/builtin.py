@@ -8,6 +8,7 @@ from clusterfed.actors.clock import DeviceProfile
 from clusterfed.protocol import TrainConfig
 
 from . import baselines, benchmark, papers, papers_fmnist
+from .byzantine import byzantine_fmnist
 from .faults import Faulty
 from .partitions import DirichletPartition
 from .spec import DatasetSpec, ModelSpec, Scenario
@@ -65,6 +66,7 @@ def async_stragglers() -> Scenario:
 BUILTIN: dict[str, Callable[[], Scenario]] = {
     "quickstart": quickstart,
     "byzantine": byzantine,
+    "byzantine-fmnist": byzantine_fmnist,
     "async-stragglers": async_stragglers,
     "dcfl-dynamic": papers.dcfl_dynamic,
     "ocfl-iid": papers.ocfl_iid,

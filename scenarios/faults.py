@@ -19,7 +19,16 @@ class Faulty(FaultPlan):
     (3.0e38 everywhere), "sign_flip" (its honest delta × −`scale`, kept
     under `max_update_norm`), "forge_leave" (a leave in client id + 1's
     name), "squat_ids" (a join for an unused id, in its name) or "flood" (a
-    1 MB histogram of a million empty maps). See `actors/faults.py`.
+    1 MB histogram of a million empty maps); or the attacks of the
+    literature, forged by the simulator from what the attackers know: "alie"
+    (mean + `z` std of the coalition's honest updates), "ipm" (−`epsilon` ×
+    their mean), "minmax" / "minsum" (Shejwalkar & Houmansadr; `deviation`), "fang"
+    (Fang et al., against the aggregator in use),
+    "mimic" (an honest client's update), "gaussian" (N(0, `sigma`²)), or
+    "label_flip" (trains on labels C − 1 − y, the whole run) or "backdoor"
+    (a pixel trigger on `poison_share` of its images, labelled `target`; the
+    run reports `backdoor_success`). See
+    `actors/faults.py` and `actors/adversary.py`.
     """
 
     clients: int | list[int] = Field(description="the faulty clients' ids")
@@ -41,11 +50,7 @@ class Faulty(FaultPlan):
     def plan(self, under_norm: float | None = None) -> FaultPlan:
         """The misbehaviour each of its clients carries; a sign flip stays
         under `under_norm` (the scenario's bound) unless it names its own."""
-        return FaultPlan(
-            behaviour=self.behaviour,
-            start=self.start,
-            every=self.every,
-            until=self.until,
-            scale=self.scale,
-            under_norm=self.under_norm if self.under_norm is not None else under_norm,
-        )
+        fields = self.model_dump(exclude={"clients"})
+        if self.under_norm is None:
+            fields["under_norm"] = under_norm
+        return FaultPlan(**fields)

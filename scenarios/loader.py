@@ -100,6 +100,9 @@ def with_overrides(
         if not sep or not key.strip():
             raise ScenarioError(f"--set {assignment!r}: expected key=value")
         value = _parse_value(raw.strip())
+        if path[0] == "faulty" and isinstance(data.get("faulty"), list):
+            _assign_faulty(data["faulty"], path, value, assignment)
+            continue
         if path[0] in Scenario.model_fields:
             _assign(data, path, value, assignment)
             continue
@@ -141,6 +144,30 @@ def _assign(data: dict[str, Any], path: list[str], value: Any, text: str) -> Non
     if path[-1] == "kind" and node.get("kind") != value:
         node.clear()
     node[path[-1]] = value
+
+
+def _assign_faulty(
+    entries: list[dict[str, Any]], path: list[str], value: Any, text: str
+) -> None:
+    """`faulty=alie` gives every faulty entry that behaviour (its clients and
+    schedule kept, the old behaviour's options dropped); `faulty.epsilon=0.1`
+    sets an option on every entry. A list or a table replaces them all."""
+    if len(path) == 1 and not isinstance(value, str):
+        entries[:] = value if isinstance(value, list) else [value]
+        return
+    if not entries:
+        raise ScenarioError(
+            f"--set {text!r}: the scenario has no faulty clients to change;"
+            ' give a table, e.g. faulty={clients=[1, 2], behaviour="alie"}'
+        )
+    keep = ("clients", "start", "every", "until")
+    for entry in entries:
+        if len(path) == 1:
+            kept = {k: entry[k] for k in keep if k in entry}
+            entry.clear()
+            entry.update(kept, behaviour=value)
+        else:
+            _assign(entry, path[1:], value, text)
 
 
 def _parse_value(raw: str) -> Any:

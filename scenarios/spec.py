@@ -44,6 +44,7 @@ from .partitions import (
     ShardsPartition,
 )
 from .privacy import DPSpec
+from .robustness import check_aggregator, check_attacks
 from .transforms import TransformSpec, n_transform_groups
 
 # Partitions, bounds and client specs live in modules of their own; the
@@ -292,19 +293,14 @@ class Scenario(_Spec):
         rule = self.aggregator.kind
         if rule == "mean":
             return self
-        if self.mode == "async":
-            raise ValueError(
-                'aggregator: mode = "async" moves each cluster by its buffer\'s'
-                f' mean and would ignore aggregator = "{rule}"; use'
-                ' aggregator = "mean" or mode = "sync"'
-            )
-        if not cls.honours_aggregator:
+        if self.mode == "sync" and not cls.honours_aggregator:
             have = ", ".join(n for n, c in algorithms().items() if c.honours_aggregator)
             raise ValueError(
                 f"aggregator: {self.algorithm!r} does not honour"
                 f' aggregator = "{rule}" ({have} honour one); use'
                 ' aggregator = "mean"'
             )
+        check_aggregator(self)  # the rule's own assumption (robustness.py)
         return self
 
     def _check_client_dp(self, cls: type[Strategy[Any]]) -> None:
@@ -401,6 +397,7 @@ class Scenario(_Spec):
                     f" automatic {default_task_timeout(self):g} s would hold"
                     " each of its rounds that long)"
                 )
+        check_attacks(self)  # robustness.py
         return self
 
     def faults_of(self, client: int) -> tuple[FaultPlan, ...]:

@@ -18,6 +18,7 @@ import clusterfed
 from clusterfed.algorithms import ClientUpdate, ServerState, make
 from clusterfed.algorithms._aggregate import average_per_cluster, weighted_mean
 from clusterfed.algorithms.robust import (
+    AssumptionWarning,
     Krum,
     Mean,
     Median,
@@ -62,11 +63,12 @@ def test_trimmed_mean_cuts_beta_of_each_end_per_coordinate() -> None:
 
 def test_krum_picks_the_update_closest_to_its_neighbours() -> None:
     stack = np.stack(VECTORS).astype(np.float64)
-    # n = 4, f = 1: one neighbour each. Squared distances: 0-1: 101, 1-2: 101,
-    # 0-2: 404; the outlier is far from all. Rows 0 and 1 tie: the lower wins.
-    assert krum(stack, f=1) == [0]
-    assert krum(stack, f=1, m=3) == [0, 1, 2]
-    assert_allclose(robust_mean(VECTORS, WEIGHTS, Krum(f=1, m=3)), [2.0, 20.0])
+    # n = 4, f = 0 (n > 2f + 2): two neighbours each. Squared distances: 0-1:
+    # 101, 1-2: 101, 0-2: 404; the outlier is far from all. Scores: row 1
+    # 202, rows 0 and 2 505 (tie: the lower row first), row 3 far.
+    assert krum(stack, f=0) == [1]
+    assert krum(stack, f=0, m=3) == [1, 0, 2]
+    assert_allclose(robust_mean(VECTORS, WEIGHTS, Krum(f=0, m=3)), [2.0, 20.0])
 
 
 def test_norm_clip_scales_long_updates_to_the_bound_then_takes_the_mean() -> None:
@@ -109,11 +111,25 @@ def test_krum_of_three_picks_from_the_closest_pair() -> None:
     assert krum(stack, f=0) == [1]  # rows 1 and 2 tie: the lower row
 
 
-def test_krum_of_one_or_two_updates_keeps_them_in_order() -> None:
-    two = np.array([[1.0, 0.0], [3.0, 4.0]])
-    assert krum(two, f=0) == [0] and krum(two, f=1, m=5) == [0, 1]
-    assert krum(two[:1], f=0, m=3) == [0]
-    assert_allclose(robust_mean(list(two), [1.0, 9.0], Krum(f=0, m=2)), [2.0, 2.0])
+def test_krum_refuses_n_at_most_2f_plus_2_and_a_small_cluster_keeps_its_model() -> None:
+    # Blanchard et al.'s n > 2f + 2: n = 4, f = 1 is no Krum (it once fell
+    # back to one neighbour without a word).
+    stack = np.stack(VECTORS).astype(np.float64)
+    with pytest.raises(ValueError, match=r"n > 2f \+ 2, got n = 4, f = 1"):
+        krum(stack, f=1)
+    assert Krum(f=1).breaks(4) is not None and Krum(f=1).breaks(5) is None
+    with pytest.warns(AssumptionWarning, match="at least 5 updates, not 4"):
+        step = robust_mean(VECTORS, WEIGHTS, Krum(f=1))
+    assert_allclose(step, [0.0, 0.0])
+
+
+def test_trimmed_mean_that_cuts_nothing_warns() -> None:
+    # beta 0.1 of 4 updates cuts ⌊0.4⌋ = 0 per end: a plain mean, said.
+    with pytest.warns(AssumptionWarning, match=r"⌊0.1·4⌋ = 0 values"):
+        got = robust_mean(VECTORS, WEIGHTS, TrimmedMean(beta=0.1))
+    assert_allclose(got, [26.5, -110])
+    assert TrimmedMean(beta=0.1).breaks(10) is None
+    assert "at least 10 updates" in (TrimmedMean(beta=0.1).breaks(9) or "")
 
 
 def test_krum_breaks_ties_by_the_lower_row_among_many() -> None:
@@ -169,11 +185,12 @@ def test_a_strategy_aggregates_with_the_scenarios_aggregator(algorithm: str) -> 
     strategy = make(algorithm)
     assert isinstance(strategy.aggregator, Mean)
     scenario = with_overrides(
-        small_scenario(algorithm=algorithm), ["aggregator=trimmed_mean"]
+        small_scenario(algorithm=algorithm),
+        ["aggregator=trimmed_mean", "aggregator.beta=0.2"],
     )
     from clusterfed.scenarios import plan_run
 
-    assert plan_run(scenario).strategy.aggregator == TrimmedMean(beta=0.1)
+    assert plan_run(scenario).strategy.aggregator == TrimmedMean(beta=0.2)
 
 
 def test_the_aggregator_is_set_by_name_and_its_parameters() -> None:

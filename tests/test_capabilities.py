@@ -215,12 +215,18 @@ def test_a_plug_in_that_ignores_the_aggregator_is_refused_on_the_command_line(
     )
 
 
-def test_the_async_mode_refuses_a_robust_aggregator() -> None:
-    # Its buffers move each cluster by their mean, in every strategy.
-    assert _refusal("ifca", "mode=async", "aggregator=median") == (
-        'aggregator: mode = "async" moves each cluster by its buffer\'s mean and'
-        ' would ignore aggregator = "median"; use aggregator = "mean" or'
-        ' mode = "sync"'
+def test_the_async_mode_refuses_a_rule_only_where_no_buffer_folds_it() -> None:
+    # A buffered strategy folds each full buffer by the rule; FedAsync mixes
+    # each update alone, so a rule would be ignored there.
+    assert _overridden("ifca", "mode=async", "aggregator=median").mode == "async"
+    assert _refusal("fedasync", "mode=async", "aggregator=median") == (
+        "aggregator: 'fedasync' in mode = \"async\" folds each update alone and"
+        ' would ignore aggregator = "median"; use a buffered strategy (fedbuff,'
+        ' ifca, dcfl) or aggregator = "mean"'
+    )
+    # Krum in a buffer of 3 updates: n > 2f + 2 fails for f = 1.
+    assert "at least 5 updates, not 3 (a buffer of buffer_size = 3 updates)" in (
+        _refusal("ifca", "mode=async", "aggregator=krum")
     )
     assert _overridden("dcfl", "mode=async").mode == "async"
 

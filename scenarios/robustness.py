@@ -1,0 +1,105 @@
+"""Whether a scenario fits the assumption of its robust aggregator.
+
+Each rule of `algorithms/robust.py` says what it assumes of the `n` updates
+it folds and how many of them are Byzantine (`Rule.breaks`). Here the
+scenario supplies both, before anything runs:
+
+- `n`: in synchronous mode the clients the run starts with (a round of the
+  whole federation folds at most that many; a clustered algorithm's smaller
+  clusters are checked again at each aggregation, with a warning); in
+  asynchronous mode a buffer's `buffer_size`, the updates each step folds;
+- `byzantine`: the clients that send accepted lies (`POISONING` in
+  `actors/faults.py`: sign flips and the colluding attacks); in a buffer,
+  their share of the clients times `buffer_size`, rounded up (a buffer
+  samples arrivals; a run whose buffers are all Byzantine is no study of a
+  rule).
+
+The refusal names the rule, the numbers and the fix.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from clusterfed.actors.faults import POISONING, SIMULATED
+from clusterfed.algorithms import make
+from clusterfed.algorithms._buffers import Buffered
+from clusterfed.algorithms.registry import resolve
+
+if TYPE_CHECKING:
+    from .spec import Scenario
+
+# The attacks that shift by a standard deviation of the coalition's updates.
+SHIFTED = ("alie", "minmax", "minsum")
+
+
+def byzantine_clients(scenario: Scenario) -> int:
+    """How many distinct clients the scenario makes send accepted lies."""
+    return len({c for f in scenario.faulty if f.behaviour in POISONING for c in f.ids})
+
+
+def check_aggregator(scenario: Scenario) -> None:
+    """Refuse a rule that the scenario's mode, strategy or sizes break.
+
+    Raises:
+        ValueError: the reason, starting with `aggregator:`.
+    """
+    rule = scenario.aggregator
+    if rule.kind == "mean":
+        return
+    cls = resolve(scenario.algorithm)
+    if scenario.mode == "async":
+        if not cls.honours_aggregator_async:
+            raise ValueError(
+                f'aggregator: {scenario.algorithm!r} in mode = "async" folds'
+                f' each update alone and would ignore aggregator = "{rule.kind}";'
+                " use a buffered strategy (fedbuff, ifca, dcfl) or"
+                ' aggregator = "mean"'
+            )
+        strategy = make(scenario.algorithm, **scenario.params_of(scenario.algorithm))
+        assert isinstance(strategy, Buffered)  # declared by honours_aggregator_async
+        n = strategy.buffering.buffer_size
+        share = byzantine_clients(scenario) / scenario.clients
+        byzantine = min(math.ceil(share * n - 1e-9), n)
+        where = f"a buffer of buffer_size = {n} updates"
+    else:
+        n = scenario.clients
+        byzantine = min(byzantine_clients(scenario), n)
+        where = f"the run's {n} clients"
+    reason = rule.breaks(n, byzantine)
+    if reason is not None:
+        raise ValueError(f"aggregator: {reason} ({where})")
+
+
+def check_attacks(scenario: Scenario) -> None:
+    """Refuse an attack the scenario cannot stage.
+
+    The simulator forges `SIMULATED` attacks at the close of a synchronous
+    round (`actors/adversary.py`); ALIE, MinMax and MinSum take a standard
+    deviation of the coalition's honest updates, so they need two attackers
+    of the same behaviour; mimic copies an honest client, so one must exist.
+
+    Raises:
+        ValueError: the reason, naming the `faulty` entry.
+    """
+    faulty_ids = {c for f in scenario.faulty for c in f.ids}
+    for i, faulty in enumerate(scenario.faulty):
+        where = f"faulty[{i}] ({faulty.behaviour})"
+        if faulty.behaviour not in SIMULATED:
+            continue
+        if scenario.mode == "async":
+            raise ValueError(
+                f"{where}: the simulator forges this attack when a synchronous"
+                ' round closes; use mode = "sync"'
+            )
+        coalition = {
+            c for f in scenario.faulty if f.behaviour == faulty.behaviour for c in f.ids
+        }
+        if faulty.behaviour in SHIFTED and len(coalition) < 2:
+            raise ValueError(
+                f"{where}: a coalition of {len(coalition)} client(s) has no"
+                " standard deviation to shift by; list at least 2 clients"
+            )
+        if faulty.behaviour == "mimic" and len(faulty_ids) >= scenario.clients:
+            raise ValueError(f"{where}: mimic copies an honest client; none is left")

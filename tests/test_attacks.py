@@ -1,0 +1,290 @@
+"""The attacks: their maths against ByzFL (the oracle) or by hand, the
+adversary that forges them in a round, label flipping, and the scenarios that
+stage them or are refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import byzfl
+import numpy as np
+import pytest
+import torch
+from numpy.testing import assert_allclose
+
+import clusterfed
+from clusterfed.actors import attacks
+from clusterfed.actors.adversary import Adversary
+from clusterfed.actors.faults import FaultPlan, FaultyClientSpec
+from clusterfed.actors.outcome import Exchange
+from clusterfed.actors.spec import build_trainer
+from clusterfed.errors import ScenarioError
+from clusterfed.protocol import Envelope, UpdateReply
+from clusterfed.scenarios import load_scenario
+from clusterfed.scenarios.loader import with_overrides
+from clusterfed.types import ClientId
+from helpers import small_scenario
+
+HONEST = np.random.default_rng(3).normal(size=(6, 9))
+
+
+# -- the maths: ByzFL's vectors where ByzFL has the attack ---------------------
+
+
+@pytest.mark.parametrize("z", [0.5, 1.5, -1.0])
+def test_alie_equals_byzfls_a_little_is_enough(z: float) -> None:
+    assert_allclose(attacks.alie(HONEST, z), byzfl.ALittleIsEnough(tau=z)(HONEST))
+
+
+@pytest.mark.parametrize("epsilon", [0.1, 0.5, 2.0])
+def test_ipm_equals_byzfls_inner_product_manipulation(epsilon: float) -> None:
+    assert_allclose(
+        attacks.ipm(HONEST, epsilon),
+        byzfl.InnerProductManipulation(tau=epsilon)(HONEST),
+    )
+
+
+def test_mimic_equals_byzfls_mimic_of_the_first_honest_update() -> None:
+    assert_allclose(attacks.mimic(HONEST), byzfl.Mimic(epsilon=0)(HONEST))
+
+
+def test_z_max_is_baruchs() -> None:
+    # n = 50, f = 24 (the paper's example): s = ⌊26⌋ − 24 = 2, Φ⁻¹(48/50).
+    assert attacks.z_max(50, 24) == pytest.approx(1.7507, abs=1e-4)
+    # FLANDERS' layout: n = 100, f = 20: s = 31, Φ⁻¹(0.69).
+    assert attacks.z_max(100, 20) == pytest.approx(0.4959, abs=1e-4)
+
+
+def test_minmax_by_hand_on_two_scalars() -> None:
+    # Honest 0 and 2: mean 1, std 1, so m = 1 − γ. The largest honest
+    # distance is 2; m's largest distance, max(|m|, |m − 2|), is 2 up to
+    # γ = 1 (m = 0) and more beyond. The halving search stops within 1e-5
+    # below it.
+    got = attacks.minmax(np.array([[0.0], [2.0]]))
+    assert got[0] == pytest.approx(0.0, abs=2e-5) and got[0] >= 0.0
+    # MinSum: m² + (m − 2)² ≤ max_i Σ_j (b_i − b_j)² = 4, so again m = 0.
+    assert attacks.minsum(np.array([[0.0], [2.0]]))[0] == pytest.approx(0, abs=2e-5)
+    # With three: honest 0, 1, 5 (mean 2, std √(14/3)); bounds 5 and
+    # max(0+1+25, 1+0+16, 25+16+0) = 41. Solved for m = 2 − γ·std:
+    # minmax: max(|m|, |m − 5|) = 5 at m = 0; minsum: 3m² − 12m + 26 = 41 at
+    # m = 2 − √(9) = −1.
+    three = np.array([[0.0], [1.0], [5.0]])
+    assert attacks.minmax(three)[0] == pytest.approx(0.0, abs=1e-4)
+    assert attacks.minsum(three)[0] == pytest.approx(-1.0, abs=1e-4)
+
+
+def test_minmax_keeps_within_the_honest_spread_and_minsum_within_its_sums() -> None:
+    for kind in ("std", "unit_vec", "sign"):
+        m = attacks.minmax(HONEST, kind)
+        far = np.linalg.norm(HONEST - m, axis=1).max()
+        spread = max(np.linalg.norm(a - b) for a in HONEST for b in HONEST)
+        assert far <= spread + 1e-9
+        s = attacks.minsum(HONEST, kind)
+        sums = [np.square(HONEST - h).sum() for h in HONEST]
+        assert np.square(HONEST - s).sum() <= max(sums) + 1e-9
+        assert np.linalg.norm(m - HONEST.mean(axis=0)) > 0.1  # it did move
+
+
+def test_fang_on_trimmed_mean_sends_values_beyond_the_honest_ends() -> None:
+    # Coordinate 0: honest 1 and 3, the mean goes up, so each attacker sends
+    # a value in [min/2, min] = [0.5, 1]; coordinate 1: honest −1 and −2, the
+    # mean goes down, so a value above the max: [max, max/2] = [−1, −0.5].
+    honest = np.array([[1.0, -1.0], [3.0, -2.0]])
+    rows = attacks.fang_trimmed(honest, 50, np.random.default_rng(0))
+    assert rows.shape == (50, 2)
+    assert ((rows[:, 0] >= 0.5) & (rows[:, 0] <= 1.0)).all()
+    assert ((rows[:, 1] >= -1.0) & (rows[:, 1] <= -0.5)).all()
+    # Coordinate 0: −1 and 5, up, a negative minimum: [b·min, min] = [−2, −1];
+    # coordinate 1: 1 and −5, down, a positive maximum: [max, b·max] = [1, 2].
+    other = attacks.fang_trimmed(
+        np.array([[-1.0, 1.0], [5.0, -5.0]]), 50, np.random.default_rng(0)
+    )
+    assert ((other[:, 0] >= -2.0) & (other[:, 0] <= -1.0)).all()
+    assert ((other[:, 1] >= 1.0) & (other[:, 1] <= 2.0)).all()
+
+
+def test_fang_on_krum_is_the_largest_halved_lambda_krum_picks() -> None:
+    # Spread honest updates (non-IID-like) around a small mean: a copy near
+    # the origin is closer to them than they are to each other.
+    honest = np.random.default_rng(5).normal(0.1, 1.0, size=(6, 50))
+    vector = attacks.fang_krum(honest, 4, f=3)
+    direction = np.sign(honest.mean(axis=0))
+    lam = float(-vector @ direction) / 50
+    assert_allclose(vector, -lam * direction)
+    start = 2 * np.linalg.norm(honest, axis=1).max() / np.sqrt(50)
+    halvings = np.log2(start / lam)
+    assert halvings == pytest.approx(round(halvings)) and lam > 1e-5
+    from clusterfed.algorithms.robust import krum
+
+    def picked(scale: float) -> bool:
+        copies = np.repeat((scale * vector)[None, :], 4, axis=0)
+        return krum(np.vstack([honest, copies]), 3)[0] >= 6
+
+    assert picked(1.0)
+    assert round(halvings) == 0 or not picked(2.0)  # the largest such λ
+
+
+def test_colluding_attacks_refuse_too_few_updates() -> None:
+    with pytest.raises(ValueError, match="alie needs at least 2 honest update"):
+        attacks.alie(HONEST[:1], 1.0)
+    with pytest.raises(ValueError, match="0 < f < n"):
+        attacks.z_max(4, 4)
+
+
+# -- the adversary: forged in a round, in client order -------------------------
+
+
+def _exchange(client: int, delta: np.ndarray) -> Exchange:
+    reply = UpdateReply(
+        cluster=0,
+        delta=delta.astype(np.float32),
+        n_samples=5,
+        loss=1.0,
+        samples_seen=5,
+    )
+    envelope = Envelope(
+        msg_id=f"m{client}",
+        sender=f"client/{client}",
+        recipient="server",
+        round=3,
+        payload=reply,
+    )
+    return Exchange("ok", envelope)
+
+
+def _delta(exchange: Exchange) -> np.ndarray:
+    assert exchange.reply is not None
+    payload = exchange.reply.payload
+    assert isinstance(payload, UpdateReply)
+    return np.asarray(payload.delta, dtype=np.float64)
+
+
+def test_the_adversary_forges_each_coalition_from_its_own_honest_updates() -> None:
+    deltas = np.random.default_rng(1).normal(size=(6, 4)).astype(np.float32)
+    adversary = Adversary()
+    for c in (1, 2):
+        adversary.enlist(ClientId(c), [FaultPlan(behaviour="ipm", epsilon=2.0)], c)
+    for c in (3, 4):
+        adversary.enlist(ClientId(c), [FaultPlan(behaviour="mimic")], c)
+    exchanges = [(ClientId(c), _exchange(c, deltas[c])) for c in range(6)]
+    for client, exchange in reversed(exchanges):  # arrival order is no matter
+        adversary.observe(client, exchange)
+    forged = adversary.forge(3, exchanges)
+    ipm = byzfl.InnerProductManipulation(tau=2.0)(deltas[[1, 2]].astype(np.float64))
+    for c in (1, 2):
+        assert_allclose(_delta(forged[c]), ipm, rtol=1e-6)
+    for c in (3, 4):  # the honest client of the lowest id: 0
+        assert_allclose(_delta(forged[c]), deltas[0])
+    for c in (0, 5):
+        assert forged[c] is exchanges[c][1]
+
+
+# -- label flipping: data poisoning ----------------------------------------------
+
+
+def test_label_flip_trains_on_c_minus_1_minus_y_and_tests_on_the_truth() -> None:
+    scenario = small_scenario(rounds=1)
+    from clusterfed.scenarios import plan_run
+
+    spec = plan_run(scenario).clients[0]
+    flipped = FaultyClientSpec(
+        **dict(spec), faults=(FaultPlan(behaviour="label_flip"),)
+    )
+    honest, poisoned = build_trainer(spec), build_trainer(flipped)
+    assert torch.equal(poisoned.y_train, 9 - honest.y_train)
+    assert torch.equal(poisoned.y_test, honest.y_test)
+    assert flipped.data_key() != spec.data_key()
+    with pytest.raises(ValueError, match="whole run"):
+        FaultPlan(behaviour="label_flip", start=2)
+
+
+# -- scenarios: `--set faulty=NAME` runs each attack, or says why not ------------
+
+
+def test_set_faulty_renames_the_behaviour_and_sets_options_on_every_entry() -> None:
+    ipm = with_overrides(
+        load_scenario("byzantine"), ["faulty=ipm", "faulty.epsilon=0.1"]
+    )
+    (entry,) = ipm.faulty
+    assert entry.behaviour == "ipm" and entry.epsilon == 0.1
+    assert entry.ids == [1, 6, 11, 16]
+    with pytest.raises(ScenarioError, match="no faulty clients to change"):
+        with_overrides(load_scenario("quickstart"), ["faulty=alie"])
+
+
+def test_an_attack_the_scenario_cannot_stage_is_refused() -> None:
+    base = load_scenario("byzantine")
+    with pytest.raises(ScenarioError, match="a coalition of 1 client"):
+        with_overrides(base, ['faulty={clients=1, behaviour="alie"}'])
+    with pytest.raises(ScenarioError, match='use mode = "sync"'):
+        with_overrides(base, ["faulty=alie", "algorithm=fedbuff", "mode=async"])
+
+
+@pytest.mark.parametrize(
+    "attack",
+    ["alie", "ipm", "minmax", "minsum", "mimic", "gaussian", "label_flip", "fang"],
+)
+def test_each_attack_runs_in_the_byzantine_scenario(
+    attack: str, tmp_path: Path
+) -> None:
+    scenario = with_overrides(
+        load_scenario("byzantine"),
+        [f"faulty={attack}", "rounds=2", "faulty.sigma=0.01"]
+        if attack == "gaussian"
+        else [f"faulty={attack}", "rounds=2"],
+    )
+    result = clusterfed.run(scenario, out=tmp_path, workers=1)
+    rows = {c["id"]: c for c in result.rows[1]["clients"]}
+    assert all(rows[c]["trained"] for c in (1, 6, 11, 16))
+    assert result.summary["rejected_messages"] == 0
+
+
+# -- the backdoor: a pixel trigger, a target label, its success rate -------------
+
+
+def test_stamp_whitens_the_bottom_right_square_of_every_image() -> None:
+    from clusterfed.actors.backdoor import stamp
+
+    images = torch.zeros(2, 1, 5, 5)
+    stamped = stamp(images, 2)
+    assert stamped[:, :, 3:, 3:].eq(1).all() and stamped.sum() == 2 * 4
+    assert images.sum() == 0  # a copy
+    flat = stamp(torch.zeros(3, 10), 2)
+    assert flat[:, 6:].eq(1).all() and flat[:, :6].eq(0).all()
+
+
+def test_a_backdoor_client_trains_on_stamped_target_labelled_samples() -> None:
+    from clusterfed.scenarios import plan_run
+
+    spec = plan_run(small_scenario(rounds=1)).clients[0]
+    plan = FaultPlan(behaviour="backdoor", target=3, trigger=2, poison_share=0.5)
+    poisoned = FaultyClientSpec(**dict(spec), faults=(plan,))
+    honest, bad = build_trainer(spec), build_trainer(poisoned)
+    changed = (bad.y_train != honest.y_train) | (
+        bad._x_train.gather() != honest._x_train.gather()
+    ).flatten(1).any(dim=1)
+    stamped = bad._x_train.gather()[..., -2:, -2:].flatten(1).eq(1).all(dim=1)
+    assert int(stamped.sum()) == len(spec.train) // 2  # the share, stamped
+    assert (bad.y_train[stamped] == 3).all()
+    assert not changed[~stamped].any()  # the others as they were
+    assert torch.equal(bad.y_test, honest.y_test)
+
+
+def test_a_backdoor_run_reports_its_success_rate_beside_clean_accuracy(
+    tmp_path: Path,
+) -> None:
+    scenario = with_overrides(
+        load_scenario("byzantine"), ["faulty=backdoor", "rounds=2"]
+    )
+    result = clusterfed.run(scenario, out=tmp_path, workers=1)
+    rates = [row["backdoor_success"] for row in result.rows]
+    assert all(0.0 <= r <= 1.0 for r in rates)
+    assert result.summary["backdoor_success_final"] == rates[-1]
+    assert result.summary["final_mean_acc"] is not None
+    clean = clusterfed.run(
+        with_overrides(load_scenario("byzantine"), ["faulty=[]", "rounds=1"]),
+        out=tmp_path / "clean",
+        workers=1,
+    )
+    assert "backdoor_success" not in clean.rows[0]
+    assert "backdoor_success_final" not in clean.summary

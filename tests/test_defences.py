@@ -1,0 +1,179 @@
+"""The robust rules and pre-aggregators: ByzFL's vectors (the oracle) where
+ByzFL has the rule, hand-computed cases where it does not, the `a+b`
+composition, and the assumptions a scenario is refused for."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import byzfl
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+
+import clusterfed
+from clusterfed.algorithms import defences
+from clusterfed.algorithms.robust import (
+    AGGREGATOR_ADAPTER,
+    AGGREGATORS,
+    Bulyan,
+    CenteredClipping,
+    DnC,
+    GeometricMedian,
+    Median,
+    SignGuard,
+    TrimmedMean,
+    parse_aggregator,
+    robust_mean,
+)
+from clusterfed.errors import ScenarioError
+from clusterfed.scenarios import load_scenario
+from clusterfed.scenarios.loader import with_overrides
+
+STACK = np.random.default_rng(7).normal(size=(11, 6))
+ONES = [1.0] * len(STACK)
+
+
+def _rule(text: str):  # type: ignore[no-untyped-def]
+    return AGGREGATOR_ADAPTER.validate_python(parse_aggregator(text))
+
+
+# -- ByzFL as the oracle ---------------------------------------------------------
+
+
+def test_median_and_trimmed_mean_equal_byzfls() -> None:
+    assert_allclose(robust_mean(list(STACK), ONES, Median()), byzfl.Median()(STACK))
+    # β·n = 2 values cut per end: ByzFL's TrMean(f=2).
+    got = robust_mean(list(STACK), ONES, TrimmedMean(beta=2 / 11 + 1e-9))
+    assert_allclose(got, byzfl.TrMean(f=2)(STACK))
+
+
+@pytest.mark.parametrize(("nu", "iterations"), [(0.1, 3), (1e-6, 8)])
+def test_geometric_median_equals_byzfls_weiszfeld(nu: float, iterations: int) -> None:
+    got = robust_mean(list(STACK), ONES, GeometricMedian(nu=nu, iterations=iterations))
+    assert_allclose(got, byzfl.GeometricMedian(nu=nu, T=iterations)(STACK))
+
+
+@pytest.mark.parametrize(("tau", "iterations"), [(0.5, 1), (2.0, 3)])
+def test_centered_clipping_equals_byzfls(tau: float, iterations: int) -> None:
+    got = robust_mean(
+        list(STACK), ONES, CenteredClipping(tau=tau, iterations=iterations)
+    )
+    assert_allclose(got, byzfl.CenteredClipping(L=iterations, tau=tau)(STACK))
+
+
+@pytest.mark.parametrize("f", [1, 3])
+def test_nnm_equals_byzfls(f: int) -> None:
+    assert_allclose(defences.nnm(STACK, f), byzfl.NNM(f=f)(STACK))
+
+
+def test_bucketing_equals_byzfls_for_the_same_shuffle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    order = np.random.default_rng(3).permutation(len(STACK))
+
+    class Fixed:  # ByzFL's shuffle, made ours
+        def __init__(self, vectors: np.ndarray) -> None:
+            pass
+
+        def permutation(self, vectors: np.ndarray) -> np.ndarray:
+            return vectors[order]
+
+    monkeypatch.setattr(
+        importlib.import_module(byzfl.Bucketing.__module__), "random_tool", Fixed
+    )
+    seed = 3
+    assert_allclose(defences.bucketing(STACK, 3, seed), byzfl.Bucketing(s=3)(STACK))
+
+
+# -- by hand, where ByzFL has no such rule -------------------------------------------
+
+
+def test_bulyan_by_hand() -> None:
+    # Scalars 0, 1, 2, 3, 4, 5, 100; f = 1 (n = 7 = 4f + 3): Krum picks
+    # θ = 5 rows one by one (scores over n − f − 2 neighbours), dropping the
+    # outlier and one end: {0..4} or {1..5}; here the scores drop 100 then
+    # 5 (ties go to the lower row). β = θ − 2f = 3 values closest to the
+    # median 2 of {0,1,2,3,4}: 1, 2, 3 → mean 2.
+    stack = np.array([[0.0], [1.0], [2.0], [3.0], [4.0], [5.0], [100.0]])
+    assert_allclose(defences.bulyan(stack, 1), [2.0])
+    assert "at least 7 updates, not 6" in (Bulyan(f=1).breaks(6) or "")
+
+
+def test_dnc_drops_the_outliers_along_the_top_singular_direction() -> None:
+    # Five honest rows near (1, 1) and one far along (10, -10): the centred
+    # data's top direction is the outlier's; f = 1 drops it every iteration.
+    honest = np.array([[1.0, 1.0], [1.1, 0.9], [0.9, 1.1], [1.0, 1.05], [1.05, 1.0]])
+    stack = np.vstack([honest, [[10.0, -10.0]]])
+    assert_allclose(defences.dnc(stack, 1, 1.0, 3, 2, seed=0), honest.mean(axis=0))
+
+
+def test_signguard_keeps_the_sign_majority_and_clips_to_the_median_norm() -> None:
+    # Eight rows of positive coordinates (norms 1..1.7), two of negative ones:
+    # the sign statistics split 8 / 2, the majority is kept, each clipped to
+    # the median norm (1.45).
+    d = 20
+    scales = np.linspace(1.0, 1.7, 8)
+    honest = np.ones((8, d)) / np.sqrt(d) * scales[:, None]
+    hostile = -np.ones((2, d)) / np.sqrt(d)
+    stack = np.vstack([honest, hostile])
+    median = float(np.median(np.linalg.norm(stack, axis=1)))
+    expected = (honest * np.minimum(1.0, median / scales)[:, None]).mean(axis=0)
+    assert_allclose(defences.signguard(stack, 0.1, 3.0, 1.0, seed=0), expected)
+
+
+def test_the_seeded_rules_give_the_same_answer_for_the_same_updates() -> None:
+    for rule in (DnC(f=2, dims=3), SignGuard(), _rule("bucketing+median")):
+        assert_allclose(
+            robust_mean(list(STACK), ONES, rule), robust_mean(list(STACK), ONES, rule)
+        )
+
+
+# -- composition and assumptions -------------------------------------------------------
+
+
+def test_pre_aggregators_compose_in_front_of_any_rule() -> None:
+    rule = _rule("nnm+krum")
+    assert rule.kind == "krum" and rule.pre == ("nnm",)
+    mixed = defences.nnm(STACK, 1)
+    assert_allclose(
+        robust_mean(list(STACK), ONES, rule),
+        robust_mean(list(mixed), ONES, _rule("krum")),
+    )
+    with pytest.raises(ValueError, match="'nmm' is no pre-aggregator"):
+        parse_aggregator("nmm+krum")
+    for name in AGGREGATORS:  # every rule takes one
+        assert _rule(f"bucketing+nnm+{name}").pre == ("bucketing", "nnm")
+
+
+def test_each_rule_states_its_assumption() -> None:
+    assert _rule("geomed").breaks(10, 5) is not None
+    assert _rule("geomed").breaks(10, 4) is None
+    assert _rule("signguard").breaks(4, 2) is not None
+    assert "tolerates 1 Byzantine" in (_rule("bulyan").breaks(20, 2) or "")
+    assert _rule("dnc").breaks(20, 2) is not None
+    # Bucketing of 20 by 2: 10 buckets, up to 4 with an attacker: median fits.
+    assert _rule("bucketing+median").breaks(20, 4) is None
+    assert "nnm_f = 1" in (_rule("nnm+median").breaks(20, 4) or "")
+
+
+def test_a_scenario_that_breaks_a_rule_is_refused_with_the_reason() -> None:
+    base = load_scenario("byzantine")  # 20 clients, 4 Byzantine
+    with pytest.raises(ScenarioError, match=r"bulyan with f = 5 assumes n >= 4f \+ 3"):
+        with_overrides(base, ["aggregator=bulyan", "aggregator.f=5"])
+    assert with_overrides(base, ["aggregator=geomed"]).aggregator.kind == "geomed"
+    nnm = with_overrides(base, ["aggregator=nnm+median", "aggregator.nnm_f=4"])
+    assert nnm.aggregator.pre == ("nnm",)
+
+
+@pytest.mark.parametrize(
+    "rule", ["geomed", "centered_clip", "dnc", "signguard", "bucketing+median"]
+)
+def test_each_defence_runs_in_the_byzantine_scenario(rule: str, tmp_path: Path) -> None:
+    extra = ["aggregator.f=4"] if rule == "dnc" else []
+    scenario = with_overrides(
+        load_scenario("byzantine"), [f"aggregator={rule}", "rounds=2", *extra]
+    )
+    result = clusterfed.run(scenario, out=tmp_path, workers=1)
+    assert len(result.rows) == 2
