@@ -7,8 +7,7 @@ from collections.abc import Callable
 from clusterfed.actors.clock import DeviceProfile
 from clusterfed.protocol import TrainConfig
 
-from . import baselines, benchmark, papers, papers_fmnist
-from .byzantine import byzantine_fmnist
+from . import baselines, benchmark, flanders, papers, papers_fmnist
 from .faults import Faulty
 from .partitions import DirichletPartition
 from .spec import DatasetSpec, ModelSpec, Scenario
@@ -66,7 +65,7 @@ def async_stragglers() -> Scenario:
 BUILTIN: dict[str, Callable[[], Scenario]] = {
     "quickstart": quickstart,
     "byzantine": byzantine,
-    "byzantine-fmnist": byzantine_fmnist,
+    "byzantine-fmnist": flanders.byzantine_fmnist,
     "async-stragglers": async_stragglers,
     "dcfl-dynamic": papers.dcfl_dynamic,
     "ocfl-iid": papers.ocfl_iid,
