@@ -102,6 +102,7 @@ def _run(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         trace=args.trace,
         log=args.log,
+        mlflow_uri=args.mlflow_uri,
     )
     _report(result)
     return 0
