@@ -22,6 +22,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from .folders import note, note_new
+
 IDS_FILE = "trackers.json"
 MLFLOW_DIR = "mlruns"
 WANDB_DIR = "wandb"
@@ -38,11 +40,20 @@ class Tracker(Protocol):
     def finish(self, figures: list[Path], ending: Ending) -> None: ...
 
 
+def note_tracker_files(out: Path) -> None:
+    """List what the trackers wrote in the folder's marker (`--overwrite`
+    removes exactly what is listed)."""
+    note_new(out, (IDS_FILE, MLFLOW_DIR, WANDB_DIR))
+
+
 def open_tracker(
     kind: str, out: Path, config: Mapping[str, Any], mlflow_uri: str | None
 ) -> Tracker:
     """The tracker `kind` ("mlflow" or "wandb") for the run in `out`, its
     tracker run started (or taken up again, on resume)."""
+    # Listed in the folder's marker before they exist: `--overwrite` then
+    # replaces them with the rest of the run, even one killed at its start.
+    note(out, IDS_FILE, MLFLOW_DIR if kind == "mlflow" else WANDB_DIR)
     ids = _read_ids(out)
     if kind == "mlflow":
         return MlflowTracker(out, config, mlflow_uri, ids.get("mlflow"))
@@ -68,13 +79,18 @@ class MlflowTracker:
         if known is not None:
             uri = known["uri"]
         elif uri is None:
-            uri = os.environ.get("MLFLOW_TRACKING_URI") or (
-                (out / MLFLOW_DIR).resolve().as_uri()
-            )
+            uri = os.environ.get("MLFLOW_TRACKING_URI") or _default_uri(out)
         if uri.startswith("file:"):
             # MLflow 3 keeps its file store in maintenance mode behind this
             # switch; it is the store that needs no server and no database.
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+            if uri == _default_uri(out) and not (out / MLFLOW_DIR).exists():
+                # MLflow caches a store per URI, and a cached one does not
+                # lay its folder out again after `--overwrite` removed it: a
+                # new one does.
+                from mlflow.store.tracking.file_store import FileStore
+
+                FileStore(uri)  # type: ignore[no-untyped-call]  # mlflow is untyped here
         self.client = MlflowClient(tracking_uri=uri)
         if known is not None:
             self.run_id = known["run_id"]
@@ -126,6 +142,7 @@ class WandbTracker:
         import wandb
 
         self.wandb = wandb
+        self.out = out
         run_id = known["id"] if known is not None else uuid.uuid4().hex[:12]
         self.run = wandb.init(
             project=os.environ.get("WANDB_PROJECT", EXPERIMENT),
@@ -152,6 +169,17 @@ class WandbTracker:
                 {f"figures/{f.stem}": self.wandb.Image(str(f)) for f in figures}
             )
         self.run.finish(exit_code=0 if ending == "finished" else 1)
+        # W&B links its newest run and its logs in wandb/ (one to its
+        # service's log outside the folder); with one run per folder they say
+        # nothing the run's own folder does not, and a link would make
+        # `--overwrite` refuse the folder.
+        for entry in (self.out / WANDB_DIR).rglob("*"):
+            if entry.is_symlink():
+                entry.unlink()
+
+
+def _default_uri(out: Path) -> str:
+    return (out / MLFLOW_DIR).resolve().as_uri()
 
 
 def _wandb_mode() -> Literal["online", "offline", "disabled"]:

@@ -20,7 +20,7 @@ from typing import Any
 from clusterfed.errors import ConfigError
 
 from .summary import Row, mean_std
-from .trackers import Ending, Tracker, open_tracker
+from .trackers import Ending, Tracker, note_tracker_files, open_tracker
 
 LOGS = ("csv", "tensorboard", "mlflow", "wandb")
 # The package each optional log needs, and the extra that installs it.
@@ -165,6 +165,8 @@ class ScalarLog:
         figures = sorted(self.out.glob("*.png"))
         for tracker in self._trackers:
             tracker.finish(figures, ending)
+        if self._trackers:
+            note_tracker_files(self.out)
 
 
 def _rounds(out: Path) -> list[Row]:

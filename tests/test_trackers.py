@@ -144,3 +144,15 @@ def wandb_records(path: Path) -> Iterator[Any]:
             record.ParseFromString(pieces)
             pieces = b""
             yield record
+
+
+def test_overwrite_replaces_a_tracked_run_with_a_fresh_tracker_run(
+    tmp_path: Path,
+) -> None:
+    clusterfed.run(small_scenario(rounds=2), out=tmp_path, log="mlflow,wandb")
+    _, first = mlflow_client(tmp_path)
+    clusterfed.run(small_scenario(rounds=2), out=tmp_path, log="mlflow", overwrite=True)
+    client, second = mlflow_client(tmp_path)
+    assert second != first  # a new run, not the old one taken up again
+    assert not (tmp_path / "wandb").exists()
+    assert len(client.search_runs([client.get_run(second).info.experiment_id])) == 1
