@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,7 +16,14 @@ from clusterfed.scenarios import Scenario, load_scenario, validate, with_overrid
 from clusterfed.scenarios.spec import check_workers
 
 from .checkpoint import Checkpoint, read_checkpoint
-from .driving import OnRound, RunInterrupted, RunsRounds, canonical, drive
+from .driving import (
+    OnRound,
+    RunInterrupted,
+    RunsRounds,
+    canonical,
+    drive,
+    run_to_end,
+)
 from .federation import Federation
 from .folders import claim, default_folder, point_latest
 from .provenance import run_provenance
@@ -132,7 +138,7 @@ def run(
     else:
         folder = claim(default_out(resolved))
         point_latest(folder)
-    return asyncio.run(
+    return run_to_end(
         _run(
             resolved,
             folder,
@@ -198,7 +204,7 @@ def resume(
         compute=scenario.compute,
         gpus_per_host=gpus_per_host,
     )
-    return asyncio.run(
+    return run_to_end(
         _run(
             scenario,
             folder,

@@ -14,10 +14,11 @@ import asyncio
 import json
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from tqdm.auto import tqdm
 
@@ -28,6 +29,7 @@ from .results import Row, RunResult
 from .summary import mean_std
 
 OnRound = Callable[[Row], None]
+T = TypeVar("T")
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -162,6 +164,19 @@ def _progressed(bar: Any, row: Row, round: int, on_round: OnRound | None) -> Non
         round=round, acc=f"{accs[0]:.3f}" if accs else "-", clusters=row["n_clusters"]
     )
     bar.update()
+
+
+def run_to_end(main: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run(main)`, also where this thread already runs an event loop
+    (a Jupyter kernel's): there `main` runs on a thread of its own, where
+    Ctrl-C cannot reach it (the kernel's interrupt stops the wait, not the
+    run)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(main)
+    with ThreadPoolExecutor(1, thread_name_prefix="clusterfed-run") as pool:
+        return pool.submit(asyncio.run, main).result()
 
 
 def canonical(data: Any) -> str:
