@@ -76,19 +76,23 @@ def test_sigint_finishes_the_round_checkpoints_it_and_exits_130(
         os.killpg(proc.pid, 0)
 
 
+def run_four_rounds(out: Path, algorithm: str = "InterruptAt") -> clusterfed.RunResult:
+    return clusterfed.run(
+        "quickstart",
+        algorithm=f"tests_plugin:{algorithm}",
+        rounds=4,
+        clients=4,
+        workers=1,
+        out=out,
+    )
+
+
 def test_an_interrupted_run_resumes_to_the_rows_of_an_uninterrupted_one(
     tmp_path: Path,
 ) -> None:
     handler = signal.getsignal(signal.SIGINT)
     with pytest.raises(clusterfed.RunInterrupted) as stopped:
-        clusterfed.run(
-            "quickstart",
-            algorithm="tests_plugin:InterruptAt",
-            rounds=4,
-            clients=4,
-            workers=1,
-            out=tmp_path / "stopped",
-        )
+        run_four_rounds(tmp_path / "stopped")
     assert signal.getsignal(signal.SIGINT) == handler
     assert stopped.value.rounds_done == 2 and stopped.value.checkpoint
     assert isinstance(stopped.value, KeyboardInterrupt)
@@ -96,14 +100,7 @@ def test_an_interrupted_run_resumes_to_the_rows_of_an_uninterrupted_one(
     result = clusterfed.resume(tmp_path / "stopped")
     assert result.summary["rounds"] == 4 and "interrupted" not in result.summary
     InterruptAt.fired = True  # the uninterrupted run: no SIGINT
-    whole = clusterfed.run(
-        "quickstart",
-        algorithm="tests_plugin:InterruptAt",
-        rounds=4,
-        clients=4,
-        workers=1,
-        out=tmp_path / "whole",
-    )
+    whole = run_four_rounds(tmp_path / "whole")
     assert without_wall_time(read_rounds(tmp_path / "stopped")) == without_wall_time(
         whole.rows
     )
@@ -112,14 +109,7 @@ def test_an_interrupted_run_resumes_to_the_rows_of_an_uninterrupted_one(
 def test_a_second_ctrl_c_stops_at_once(tmp_path: Path) -> None:
     # Two SIGINTs in round 1: the round is not waited for; no checkpoint.
     with pytest.raises(clusterfed.RunInterrupted) as stopped:
-        clusterfed.run(
-            "quickstart",
-            algorithm="tests_plugin:InterruptTwiceAt",
-            rounds=4,
-            clients=4,
-            workers=1,
-            out=tmp_path,
-        )
+        run_four_rounds(tmp_path, "InterruptTwiceAt")
     assert stopped.value.rounds_done == 1 and not stopped.value.checkpoint
 
 
