@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,7 +16,14 @@ from clusterfed.scenarios import Scenario, load_scenario, validate, with_overrid
 from clusterfed.scenarios.spec import check_workers
 
 from .checkpoint import Checkpoint, read_checkpoint
-from .driving import OnRound, RunsRounds, canonical, drive
+from .driving import (
+    OnRound,
+    RunInterrupted,
+    RunsRounds,
+    canonical,
+    drive,
+    run_to_end,
+)
 from .federation import Federation
 from .folders import claim, default_folder, point_latest
 from .provenance import run_provenance
@@ -57,6 +63,7 @@ def run(
     command: Sequence[str] | None = None,
     trace: str | None = None,
     log: str | Sequence[str] | None = None,
+    mlflow_uri: str | None = None,
 ) -> RunResult:
     """Run `scenario` and write its results folder.
 
@@ -87,6 +94,10 @@ def run(
         command: the command line config.json records (default `sys.argv`).
         trace: "full" records every envelope into trace.msgpack in the
             folder, "headers" every envelope's header (see docs/protocol.md).
+        log: per-round scalars for trackers, any of "csv", "tensorboard",
+            "mlflow", "wandb" (a list or "csv,mlflow"); see docs/results.md.
+        mlflow_uri: the MLflow tracking URI for `log` "mlflow" (default
+            MLFLOW_TRACKING_URI, else a file store in the run folder).
 
     Raises:
         ScenarioError: the scenario or an override is invalid (nothing has run).
@@ -127,7 +138,7 @@ def run(
     else:
         folder = claim(default_out(resolved))
         point_latest(folder)
-    return asyncio.run(
+    return run_to_end(
         _run(
             resolved,
             folder,
@@ -138,6 +149,7 @@ def run(
             provenance=run_provenance(command),
             trace=mode,
             logs=logs,
+            mlflow_uri=mlflow_uri,
         )
     )
 
@@ -192,7 +204,7 @@ def resume(
         compute=scenario.compute,
         gpus_per_host=gpus_per_host,
     )
-    return asyncio.run(
+    return run_to_end(
         _run(
             scenario,
             folder,
@@ -279,6 +291,7 @@ async def _run(
     provenance: dict[str, Any] | None = None,
     trace: TraceMode | None = None,
     logs: Sequence[str] = (),
+    mlflow_uri: str | None = None,
 ) -> RunResult:
     """Run the rounds of `scenario`, from the first or from checkpoint `start`;
     under Ray the federation runs in a Ray actor and this loop only streams."""
@@ -313,7 +326,7 @@ async def _run(
     )
     if not logs:
         return await drive(federation, progress=progress, on_round=on_round)
-    scalars = ScalarLog(out, logs)
+    scalars = ScalarLog(out, logs, config=config, mlflow_uri=mlflow_uri)
 
     def record(row: Row) -> None:
         scalars(row)
@@ -321,6 +334,12 @@ async def _run(
             on_round(row)
 
     try:
-        return await drive(federation, progress=progress, on_round=record)
-    finally:
-        scalars.close()
+        result = await drive(federation, progress=progress, on_round=record)
+    except RunInterrupted:
+        scalars.close("interrupted")
+        raise
+    except BaseException:
+        scalars.close("failed")
+        raise
+    scalars.close("finished")
+    return result

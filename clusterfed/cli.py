@@ -82,6 +82,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    _loading(args, args.scenario)
     from clusterfed.api import run
 
     result = run(
@@ -102,6 +103,7 @@ def _run(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         trace=args.trace,
         log=args.log,
+        mlflow_uri=args.mlflow_uri,
     )
     _report(result)
     return 0
@@ -153,12 +155,20 @@ def _schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _loading(args: argparse.Namespace, what: str) -> None:
+    """Say at once, on a terminal, what the seconds of imports are for
+    (torch alone takes seconds) before the progress bar can."""
+    if _progress(args):
+        print(f"clusterfed: {what}: loading torch and the scenario…", file=sys.stderr)
+
+
 def _progress(args: argparse.Namespace) -> bool:
     """A progress bar only on a terminal: piped logs get no frames."""
     return not args.quiet and sys.stderr.isatty()
 
 
 def _resume(args: argparse.Namespace) -> int:
+    _loading(args, args.folder)
     from clusterfed.api import resume
 
     result = resume(
@@ -207,6 +217,7 @@ def _number(value: float | None, spec: str) -> str:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    _loading(args, args.scenario)
     from clusterfed.comparison import compare
     from clusterfed.seeds import parse_seeds
     from clusterfed.tables import seeds_table, table
@@ -238,13 +249,14 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from clusterfed.seeds import parse_seeds
-    from clusterfed.sweeps import parse_grid, sweep, sweep_table
-
     if args.out is None:
         raise ConfigError("a sweep needs --out: the folder that holds every cell")
     if args.overwrite:
         raise ConfigError("--overwrite is not for a sweep: use --resume or a new --out")
+    _loading(args, args.scenario)
+    from clusterfed.seeds import parse_seeds
+    from clusterfed.sweeps import parse_grid, sweep, sweep_table
+
     options: dict[str, Any] = {
         "rounds": args.rounds,
         "clients": args.clients,

@@ -52,8 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--log",
         metavar="KINDS",
-        help="per-round scalars for trackers: csv (scalars.csv), tensorboard"
-        " (tensorboard/), or csv,tensorboard",
+        help="per-round scalars for trackers, comma-separated: csv (scalars.csv),"
+        " tensorboard (tensorboard/), mlflow (a file store in mlruns/ unless"
+        " --mlflow-uri), wandb (offline in wandb/ unless WANDB_MODE=online)",
+    )
+    run.add_argument(
+        "--mlflow-uri",
+        metavar="URI",
+        help="the MLflow tracking server or store for --log mlflow",
     )
     run.set_defaults(command="run")
 

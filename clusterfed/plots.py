@@ -21,16 +21,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import numpy as np
+from matplotlib.colors import BoundaryNorm, ListedColormap
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.colors import BoundaryNorm, ListedColormap  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
-
-from .folders import note  # noqa: E402
+from .folders import note
 
 Row = dict[str, Any]
 FORMATS = ("png", "pdf")
@@ -128,7 +125,7 @@ def _accuracy(
 ) -> list[Path]:
     """Per-client accuracy in grey, the mean in black (DCFL Fig. 4); clients
     that drifted in colour."""
-    fig, ax = plt.subplots(figsize=(6.4, 4))
+    fig, ax = new_figure(figsize=(6.4, 4))
     ax.plot(rounds, accs.T, color="0.75", linewidth=0.8)
     drifted = sorted(
         {c for _, kind, cs in _events(rows) if kind == "drift" for c in cs}
@@ -171,7 +168,7 @@ def _accuracy_time(
     time the mean first reached it marked."""
     times = np.array([float(r["sim_time"]) for r in rows])
     mean = _mean_of(accs)
-    fig, ax = plt.subplots(figsize=(6.4, 4))
+    fig, ax = new_figure(figsize=(6.4, 4))
     ax.plot(times, accs.T, color="0.75", linewidth=0.8)
     ax.plot(times, mean, color="black", linewidth=2, label="mean")
     if target is not None:
@@ -206,7 +203,7 @@ def _clusters(
     clusters = _grid(rows, ids, "cluster")
     groups = _grid(rows, ids, "group")
     truth = np.array([_last(g) for g in groups])
-    fig, (strip, ax) = plt.subplots(
+    fig, (strip, ax) = new_figure(
         1,
         2,
         figsize=(7, 4.2),
@@ -273,7 +270,7 @@ def _clustering(
     path: Path, rounds: np.ndarray, rows: Sequence[Row], title: str
 ) -> list[Path]:
     """Purity (thick, behind) and ARI (dashed, in front): both show when equal."""
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    fig, ax = new_figure(figsize=(6.4, 3.6))
     styles: dict[str, dict[str, Any]] = {
         "purity": {"linewidth": 3, "alpha": 0.6},
         "ari": {"linewidth": 1.5, "linestyle": "--"},
@@ -325,5 +322,12 @@ def _save(fig: Any, path: Path, *, margins: bool = True) -> list[Path]:
         note(target.parent, target.name)
         fig.savefig(target, dpi=150)
         written.append(target)
-    plt.close(fig)
     return written
+
+
+def new_figure(*grid: int, figsize: tuple[float, float], **options: Any) -> Any:
+    """A figure and its axes, as `pyplot.subplots` gives them, drawn without
+    pyplot: a run never touches the backend or the figures of its caller (a
+    notebook's inline plots)."""
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(*grid, **options)

@@ -11,14 +11,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")  # no screen, as clusterfed.plots
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from clusterfed import plots  # noqa: E402
-from clusterfed.seeds import interval  # noqa: E402
+from clusterfed import plots
+from clusterfed.seeds import interval
 
 Row = dict[str, Any]
 
@@ -43,7 +39,7 @@ def plot_runs(folders: Sequence[Path], out: Path) -> list[Path]:
     for folder in folders:
         for label, rows in _runs_in(folder):
             series[label].append(rows)
-    fig, grid = plt.subplots(2, 2, figsize=(11, 7.4))
+    fig, grid = plots.new_figure(2, 2, figsize=(11, 7.4))
     acc, timed, clusters, ari = grid.flat
     for n, (name, runs) in enumerate(series.items()):
         style = {

@@ -6,9 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-import matplotlib.pyplot as plt
-
-from .plots import _save
+from .plots import _save, new_figure
 from .seeds import Interval
 
 
@@ -28,7 +26,7 @@ def sweep_figure(
         for f in found
     ]
     seeds = max((f.n for f in found if f is not None), default=0)
-    fig, ax = plt.subplots(figsize=(6.4, 0.9 + 0.42 * len(names)))
+    fig, ax = new_figure(figsize=(6.4, 0.9 + 0.42 * len(names)))
     rows = list(range(len(names)))[::-1]
     ax.errorbar(
         means, rows, xerr=halves, fmt="o", color="black", ecolor="0.4", capsize=4

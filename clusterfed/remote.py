@@ -68,6 +68,9 @@ class FederationActor:
     ) -> tuple[dict[str, Any], list[Row]]:
         return await self.federation.finish(interrupted=interrupted)
 
+    async def checkpoint(self) -> str:
+        return str(await self.federation.checkpoint())
+
     async def close(self) -> None:
         await self.federation.close()
 
@@ -155,6 +158,10 @@ class RemoteFederation:
             interrupted
         )
         return done
+
+    async def checkpoint(self) -> Path:
+        written: str = await self.actor.checkpoint.remote()
+        return Path(written)
 
     async def close(self) -> None:
         try:

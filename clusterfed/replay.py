@@ -15,7 +15,6 @@ installed, never from the folder or the current one, unless `trust`.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections import defaultdict, deque
 from collections.abc import Mapping, Sequence
@@ -36,7 +35,7 @@ from clusterfed.scenarios import validate
 from clusterfed.types import ClientId
 
 from .diff import differences, first_difference
-from .driving import drive
+from .driving import drive, run_to_end
 from .federation import Federation
 
 
@@ -203,7 +202,7 @@ def _replay(
             config={"scenario": config["scenario"], "replay_of": str(folder)},
         )
         federation.server.courier.nonce = nonce
-        result = asyncio.run(drive(federation))
+        result = run_to_end(drive(federation))
     report.rows = result.rows
     found = first_difference(_timeless(recorded_rows), _timeless(result.rows))
     if found is not None:

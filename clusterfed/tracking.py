@@ -1,4 +1,5 @@
-"""Per-round scalars for experiment trackers: `scalars.csv` and TensorBoard.
+"""Per-round scalars for experiment trackers: `scalars.csv`, TensorBoard,
+MLflow and W&B (`trackers.py`).
 
 rounds.jsonl stays the record of a run; these are views of it, written as
 each round is recorded, so a tracker follows a run while it goes. The first
@@ -10,6 +11,7 @@ to purge the steps from that round on.
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -18,8 +20,15 @@ from typing import Any
 from clusterfed.errors import ConfigError
 
 from .summary import Row, mean_std
+from .trackers import Ending, Tracker, note_tracker_files, open_tracker
 
-LOGS = ("csv", "tensorboard")
+LOGS = ("csv", "tensorboard", "mlflow", "wandb")
+# The package each optional log needs, and the extra that installs it.
+_NEEDS = {
+    "tensorboard": ("tensorboard", "tensorboard"),
+    "mlflow": ("mlflow", "mlflow"),
+    "wandb": ("wandb", "wandb"),
+}
 CSV_FILE = "scalars.csv"
 TENSORBOARD_DIR = "tensorboard"
 
@@ -52,14 +61,15 @@ def parse_logs(text: str | Sequence[str] | None) -> tuple[str, ...]:
         raise ConfigError(
             f"log {', '.join(map(repr, unknown))}: not a log; known: {', '.join(LOGS)}"
         )
-    if "tensorboard" in kinds:
-        try:
-            import tensorboard  # noqa: F401
-        except ImportError as exc:
+    for kind in kinds:
+        if kind not in _NEEDS:
+            continue
+        package, extra = _NEEDS[kind]
+        if importlib.util.find_spec(package) is None:
             raise ConfigError(
-                "log tensorboard needs the tensorboard package:"
-                " pip install 'clusterfed[tensorboard]'"
-            ) from exc
+                f"log {kind} needs the {package} package:"
+                f" pip install 'clusterfed[{extra}]'"
+            )
     return kinds
 
 
@@ -78,13 +88,30 @@ def round_scalars(row: Mapping[str, Any]) -> dict[str, float | None]:
 
 
 class ScalarLog:
-    """Writes each recorded round's scalars to the chosen logs in `out`."""
+    """Writes each recorded round's scalars to the chosen logs in `out`;
+    trackers (MLflow, W&B) also get the run's `config` and, at `close`, its
+    figures."""
 
-    def __init__(self, out: Path, kinds: Iterable[str]) -> None:
+    def __init__(
+        self,
+        out: Path,
+        kinds: Iterable[str],
+        *,
+        config: Mapping[str, Any] | None = None,
+        mlflow_uri: str | None = None,
+    ) -> None:
         self.out = out
         self.kinds = tuple(kinds)
+        self.config = dict(config or {})
         self._writer: Any = None
         self._started = False
+        # Started before the first round, so that a tracker that cannot
+        # start (a wrong URI) stops the run before it has run anything.
+        self._trackers: list[Tracker] = [
+            open_tracker(kind, out, self.config, mlflow_uri)
+            for kind in self.kinds
+            if kind in ("mlflow", "wandb")
+        ]
 
     def __call__(self, row: Row) -> None:
         if not self._started:
@@ -122,14 +149,24 @@ class ScalarLog:
                         ),
                     ]
                 )
-        if self._writer is not None and step >= self._first_round:
-            for name, value in scalars.items():
-                if value is not None:
-                    self._writer.add_scalar(name, value, step)
+        if step < self._first_round:
+            return  # a resumed run's trackers have these rounds already
+        known = {k: v for k, v in scalars.items() if v is not None}
+        if self._writer is not None:
+            for name, value in known.items():
+                self._writer.add_scalar(name, value, step)
+        for tracker in self._trackers:
+            tracker.write(step, known)
 
-    def close(self) -> None:
+    def close(self, ending: Ending = "finished") -> None:
+        """Close the logs; trackers get the run's figures and how it ended."""
         if self._writer is not None:
             self._writer.close()
+        figures = sorted(self.out.glob("*.png"))
+        for tracker in self._trackers:
+            tracker.finish(figures, ending)
+        if self._trackers:
+            note_tracker_files(self.out)
 
 
 def _rounds(out: Path) -> list[Row]:

@@ -57,6 +57,11 @@ def small_scenario(**changes: Any) -> Scenario:
     return Scenario(**base)
 
 
+def without_wall_time(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows as two runs of the same seed share them (wall time aside)."""
+    return [{k: v for k, v in row.items() if k != "wall_time"} for row in rows]
+
+
 def read_rounds(out: Path) -> list[dict[str, Any]]:
     return [
         json.loads(line) for line in (out / "rounds.jsonl").read_text().splitlines()

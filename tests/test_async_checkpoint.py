@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_checkpoint import kill_after_checkpoint, without_wall_time
+from test_checkpoint import kill_after_checkpoint
 
 import clusterfed
 from clusterfed.actors import DeviceProfile, InlineRuntime
@@ -15,7 +15,7 @@ from clusterfed.checkpoint import read_checkpoint
 from clusterfed.errors import ConfigError
 from clusterfed.federation import Federation
 from clusterfed.scenarios import Drift, Join, RotationTransform, load_scenario
-from helpers import read_rounds, small_scenario
+from helpers import read_rounds, small_scenario, without_wall_time
 
 ASYNC = """\
 name = "killed-async"

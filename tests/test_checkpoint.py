@@ -40,7 +40,7 @@ from clusterfed.scenarios.events import Dropout
 from clusterfed.scenarios.spec import DPSpec, Faulty
 from clusterfed.scenarios.timeline import Timeline
 from clusterfed.types import ClientId, ClusterId
-from helpers import read_rounds, small_scenario
+from helpers import read_rounds, small_scenario, without_wall_time
 
 EVENTS = """\
 name = "killed"
@@ -103,10 +103,6 @@ epsilon = 10
 kind = "join"
 start = 3
 """
-
-
-def without_wall_time(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{k: v for k, v in row.items() if k != "wall_time"} for row in rows]
 
 
 def kill_after_checkpoint(scenario: Path, out: Path, rounds_done: int) -> int:

@@ -7,13 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 from matplotlib.collections import PolyCollection
 
 import clusterfed
-from clusterfed import plots_runs
+from clusterfed import plots, plots_runs
 from clusterfed.seeds import interval
 
 SMALL = {"rounds": 3, "clients": 4, "workers": 1}
@@ -36,7 +35,13 @@ def compared(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _figure(monkeypatch: pytest.MonkeyPatch, folder: Path, tmp: Path) -> Any:
     """Draw `folder`'s runs and keep the figure open to read its artists."""
     kept: list[Any] = []
-    monkeypatch.setattr(plt, "close", lambda fig=None: kept.append(fig))
+    save = plots._save
+
+    def keep(fig: Any, path: Path, **options: Any) -> list[Path]:
+        kept.append(fig)
+        return save(fig, path, **options)
+
+    monkeypatch.setattr(plots, "_save", keep)
     plots_runs.plot_runs([folder], tmp / "runs.png")
     return kept[-1]
 

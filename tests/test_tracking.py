@@ -63,6 +63,6 @@ def test_tensorboard_gets_the_same_scalars(tmp_path: Path) -> None:
 
 
 def test_an_unknown_log_is_refused_before_anything_runs(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="log 'wandb': not a log; known: csv"):
-        clusterfed.run(small_scenario(), out=tmp_path, log="csv,wandb")
+    with pytest.raises(ConfigError, match="log 'wanb': not a log; known: csv"):
+        clusterfed.run(small_scenario(), out=tmp_path, log="csv,wanb")
     assert not tmp_path.exists() or not any(tmp_path.iterdir())

@@ -64,6 +64,7 @@ class InterruptAt(FedAvg):
     name = "interrupt-at"
     folds = False  # its own aggregate must run: it is where it interrupts
     fired = False
+    presses = 1
 
     def __init__(self, *, round: int = 1, fraction: float = 1.0) -> None:
         super().__init__(fraction=fraction)
@@ -78,5 +79,13 @@ class InterruptAt(FedAvg):
     ) -> ServerState:
         if round == self.round and not InterruptAt.fired:
             InterruptAt.fired = True
-            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(self.presses):
+                os.kill(os.getpid(), signal.SIGINT)
         return super().aggregate(state, round, updates, rng)
+
+
+class InterruptTwiceAt(InterruptAt):
+    """`InterruptAt` pressing Ctrl-C twice: stop at once."""
+
+    name = "interrupt-twice-at"
+    presses = 2

@@ -40,6 +40,9 @@ from .frames import HEADER, KEY
 def serve(sock: socket.socket, parents_end: socket.socket, parent: int) -> None:
     """A worker's loop: build clients from specs, answer their requests."""
     _die_with_parent(parent)
+    # Ctrl-C reaches the whole process group: the parent decides what it
+    # means (finish the round, then stop); a worker dying mid-task would not.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     parents_end.close()  # else the parent's death would never read as EOF here
     compute_on_one_thread()
     loop = asyncio.new_event_loop()

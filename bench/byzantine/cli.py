@@ -3,18 +3,13 @@ write docs/BYZANTINE.md from every recorded outcome."""
 
 from __future__ import annotations
 
-import argparse
 import shlex
 import sys
-import time
 from pathlib import Path
 
-from reproduce import records
-from reproduce.cli import seeds_argument
-from reproduce.runner import ROOT, Outcome, run_all
+from reproduce.runner import ROOT, Outcome
+from reproduce.sitting import sit, sitting_parser
 from sklearn.metrics import adjusted_rand_score
-
-from clusterfed.data.datasets import available as dataset_available
 
 from . import experiments
 from .page import write_page
@@ -51,57 +46,20 @@ def add_split(outcome: Outcome) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description="Every attack against every defence on FLANDERS' layout,"
-        " and the clustered section; writes docs/BYZANTINE.md."
-    )
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="a few cells on 20 clients, 3 rounds (a smoke test; its page goes"
+    parser = sitting_parser(
+        "Every attack against every defence on FLANDERS' layout,"
+        " and the clustered section; writes docs/BYZANTINE.md.",
+        quick="a few cells on 20 clients, 3 rounds (a smoke test; its page goes"
         " beside the runs, not into docs/)",
-    )
-    parser.add_argument("--out", default="runs/byzantine", help="folder of the runs")
-    parser.add_argument("--records", default=str(RECORDS), help="kept outcomes")
-    parser.add_argument("--only", nargs="*", default=[], help="cells (alie__median)")
-    parser.add_argument(
-        "--seeds", type=seeds_argument, default=None, help="a count or a list"
-    )
-    parser.add_argument(
-        "--resume",
-        action="store_true",
-        help="keep finished runs in --out and seeds already in --records",
-    )
-    parser.add_argument(
-        "--no-run", action="store_true", help="write the page from --records alone"
+        out="runs/byzantine",
+        records_folder=RECORDS,
+        only="cells (alie__median)",
     )
     args = parser.parse_args()
-    if not args.no_run and not dataset_available(DATASET):
-        parser.error(
-            "Fashion-MNIST is not installed: apt-get install -y dataset-fashion-mnist"
-        )
-    seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
+    outcomes = sit(
+        parser, args, experiments(args.quick), DATASET, before_saving=add_split
+    )
     out = Path(args.out).resolve()
-    folder = Path(args.records)
-    chosen = experiments(args.quick)
-    if not args.no_run:
-        recorded = records.recorded(folder, args.quick) if args.resume else None
-        start = time.perf_counter()
-        outcomes = run_all(
-            chosen,
-            args.quick,
-            out,
-            args.only,
-            [DATASET],
-            seeds,
-            resume=args.resume,
-            recorded=recorded,
-        )
-        print(f"ran in {time.perf_counter() - start:.0f} s")
-        for outcome in outcomes:
-            add_split(outcome)
-            records.save(outcome, folder)
-    outcomes = records.load(folder, chosen, [DATASET], args.quick)
     page = out / "BYZANTINE.md" if args.quick else ROOT / "docs" / "BYZANTINE.md"
     page.parent.mkdir(parents=True, exist_ok=True)
     command = shlex.join(["python", "bench/byzantine.py", *sys.argv[1:]])

@@ -1,0 +1,83 @@
+"""One sitting of a page built from records over many (bench/benchmark.py,
+bench/byzantine.py): the options they share, and running what the records
+lack on one dataset before the page is written from every recorded outcome."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from clusterfed.data.datasets import available as dataset_available
+
+from . import records
+from .cli import seeds_argument
+from .runner import Experiment, Outcome, run_all
+
+
+def sitting_parser(
+    description: str, *, quick: str, out: str, records_folder: Path, only: str
+) -> argparse.ArgumentParser:
+    """The options of a sitting: --quick (help `quick`), --out (default
+    `out`), --records, --only (help `only`), --seeds, --resume, --no-run."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument("--out", default=out, help="folder of the runs")
+    parser.add_argument("--records", default=str(records_folder), help="kept outcomes")
+    parser.add_argument("--only", nargs="*", default=[], help=only)
+    parser.add_argument(
+        "--seeds",
+        type=seeds_argument,
+        default=None,
+        help="a count or a list (default 3; 1 with --quick)",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep finished runs in --out and seeds already in --records",
+    )
+    parser.add_argument(
+        "--no-run", action="store_true", help="write the page from --records alone"
+    )
+    return parser
+
+
+def sit(
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    chosen: Sequence[Experiment],
+    dataset: str,
+    *,
+    before_saving: Callable[[Outcome], None] | None = None,
+) -> list[Outcome]:
+    """Run what `--records` lacks of `chosen` on `dataset` (unless --no-run),
+    save each outcome (after `before_saving`, which may add to its
+    summaries), and return every recorded outcome."""
+    if not args.no_run and not dataset_available(dataset):
+        parser.error(
+            "Fashion-MNIST is not installed: apt-get install -y dataset-fashion-mnist"
+            if dataset == "fashion_mnist"
+            else f"dataset {dataset} is not available here"
+        )
+    seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
+    folder = Path(args.records)
+    if not args.no_run:
+        recorded = records.recorded(folder, args.quick) if args.resume else None
+        start = time.perf_counter()
+        outcomes = run_all(
+            chosen,
+            args.quick,
+            Path(args.out).resolve(),
+            args.only,
+            [dataset],
+            seeds,
+            resume=args.resume,
+            recorded=recorded,
+        )
+        print(f"ran in {time.perf_counter() - start:.0f} s")
+        for outcome in outcomes:
+            if before_saving is not None:
+                before_saving(outcome)
+            records.save(outcome, folder)
+    return records.load(folder, chosen, [dataset], args.quick)
