@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from clusterfed import cli_net
 from clusterfed.cli_parser import build_parser
 from clusterfed.errors import ClusterfedError, ConfigError, ScenarioWarning
 from clusterfed.protocol.codec import printable
@@ -309,6 +310,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "compare": _compare,
     "sweep": _sweep,
     "plot": _plot,
+    **cli_net.COMMANDS,
 }
 
 

@@ -1,0 +1,114 @@
+"""The command line's network commands: `serve`, `client`, `conformance`
+(docs/usage.md, *Clients over TCP*). `cli_parser` adds their parsers,
+`cli.COMMANDS` takes their handlers."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from clusterfed.errors import ConfigError
+
+
+def add_parsers(
+    sub: Any, common: Callable[[argparse.ArgumentParser, str], None]
+) -> None:
+    """Add `serve`, `client` and `conformance` to the sub-parsers `sub`."""
+    serve = sub.add_parser(
+        "serve", help="run a scenario whose --external clients connect over TCP"
+    )
+    common(serve, "results folder (tokens.json is written there)")
+    serve.add_argument(
+        "--listen",
+        default="127.0.0.1:0",
+        metavar="HOST:PORT",
+        help="where to listen (default 127.0.0.1:0: a free port, printed)",
+    )
+    serve.add_argument(
+        "--external",
+        required=True,
+        metavar="IDS",
+        help="client ids played by connected processes: 0,3,7",
+    )
+    serve.add_argument(
+        "--tokens",
+        metavar="FILE",
+        help='the clients\' tokens as JSON {"id": "token"} (default: fresh ones'
+        " in the results folder's tokens.json)",
+    )
+    serve.add_argument(
+        "--join-timeout",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="how long to wait for an external client's first connection",
+    )
+    serve.add_argument("--algorithm", help="replace the scenario's algorithm")
+    serve.add_argument("--trace", nargs="?", const="full", choices=["full", "headers"])
+    serve.set_defaults(command="serve")
+
+    client = sub.add_parser("client", help="the Python reference client over TCP")
+    client.add_argument("--connect", required=True, metavar="HOST:PORT")
+    client.add_argument("--id", required=True, type=int, dest="client_id")
+    client.add_argument("--token", required=True)
+    client.add_argument(
+        "--retry",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="keep trying to (re)connect for S seconds",
+    )
+    client.set_defaults(command="client")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from clusterfed.cli import _overrides, _progress, _report, _workers
+    from clusterfed.serve import announce, parse_ids, serve
+
+    if args.runtime != "local":
+        raise ConfigError("serve hosts its simulated clients in the local runtime")
+    result = serve(
+        args.scenario,
+        external=parse_ids(args.external),
+        listen=args.listen,
+        out=args.out,
+        tokens_file=args.tokens,
+        on_listen=announce,
+        workers=_workers(args.workers),
+        join_timeout_s=args.join_timeout,
+        algorithm=args.algorithm,
+        rounds=args.rounds,
+        clients=args.clients,
+        seed=args.seed,
+        overrides=_overrides(args),
+        overwrite=args.overwrite,
+        trace=args.trace,
+        progress=_progress(args),
+    )
+    _report(result)
+    return 0
+
+
+def _client(args: argparse.Namespace) -> int:
+    from clusterfed.net_client import NotAdmitted, connect
+
+    try:
+        ended = connect(args.connect, args.client_id, args.token, args.retry)
+    except ValueError as exc:
+        raise ConfigError(f"--connect: {exc}") from exc
+    except NotAdmitted as exc:
+        print(f"clusterfed: refused: {exc}", file=sys.stderr)
+        return 2
+    except ConnectionError as exc:
+        print(f"clusterfed: {exc}", file=sys.stderr)
+        return 1
+    print(f"client {args.client_id}: {ended}")
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "serve": _serve,
+    "client": _client,
+}
