@@ -45,6 +45,14 @@ def add_parsers(
         metavar="S",
         help="how long to wait for an external client's first connection",
     )
+    serve.add_argument(
+        "--frame-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="how long a frame may take: each step of the handshake, and a"
+        " frame's body once its length is in (default 10)",
+    )
     serve.add_argument("--algorithm", help="replace the scenario's algorithm")
     serve.add_argument("--trace", nargs="?", const="full", choices=["full", "headers"])
     serve.set_defaults(command="serve")
@@ -78,6 +86,7 @@ def _serve(args: argparse.Namespace) -> int:
         on_listen=announce,
         workers=_workers(args.workers),
         join_timeout_s=args.join_timeout,
+        frame_timeout_s=args.frame_timeout,
         algorithm=args.algorithm,
         rounds=args.rounds,
         clients=args.clients,

@@ -98,7 +98,8 @@ def serve(
         on_listen: called with (host, port, tokens file) once listening.
         join_timeout_s: how long the run waits for an external client's
             first connection.
-        frame_timeout_s: how long a frame's body may take after its header.
+        frame_timeout_s: how long a frame's body may take after its header,
+            and each step of the handshake.
         Others: as `clusterfed.run`.
 
     Raises:
@@ -142,6 +143,7 @@ def serve(
         on_listen=listening,
         join_timeout_s=join_timeout_s,
         frame_timeout_s=frame_timeout_s,
+        handshake_timeout_s=frame_timeout_s,
     )
     return run(
         resolved, out=folder, runtime=runtime, overwrite=overwrite, trace=trace,
