@@ -70,6 +70,27 @@ def add_parsers(
     )
     client.set_defaults(command="client")
 
+    suite = sub.add_parser(
+        "conformance",
+        help="play a scripted server against a client: -- CMD with {address},"
+        " {id} and {token} in it",
+    )
+    suite.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="how long the client may take to answer one request",
+    )
+    suite.add_argument(
+        "client_command",
+        nargs=argparse.REMAINDER,
+        metavar="-- CMD",
+        help="starts the client under test, e.g. -- node client.js --connect"
+        " {address} --id {id} --token {token}",
+    )
+    suite.set_defaults(command="conformance")
+
 
 def _serve(args: argparse.Namespace) -> int:
     from clusterfed.cli import _overrides, _progress, _report, _workers
@@ -117,7 +138,21 @@ def _client(args: argparse.Namespace) -> int:
     return 0
 
 
+def _conformance(args: argparse.Namespace) -> int:
+    from clusterfed.client_conformance import check, parse_command, report
+
+    words = list(args.client_command)
+    if words[:1] == ["--"]:
+        words = words[1:]
+    if not words:
+        raise ConfigError("conformance: give the client's command after --")
+    verdicts = check(parse_command(words), timeout_s=args.timeout)
+    print(report(verdicts))
+    return 0 if all(v.passed for v in verdicts) else 1
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "serve": _serve,
     "client": _client,
+    "conformance": _conformance,
 }

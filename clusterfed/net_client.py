@@ -83,7 +83,11 @@ class ReferenceClient:
                     continue
                 try:
                     ended = await self._session(reader, writer)
-                except (ConnectionError, asyncio.IncompleteReadError) as exc:
+                except NotAdmitted:
+                    raise
+                except (ConnectionError, ProtocolError) as exc:
+                    # A dropped connection, or a frame refused (one over the
+                    # size limit): this connection is over, the client is not.
                     log.warning("client %s: connection lost: %s", self.client_id, exc)
                     ended = None
                 finally:
