@@ -21,6 +21,7 @@ import hmac
 import socket
 import struct
 import sys
+import time
 from typing import Any
 
 import msgpack
@@ -128,6 +129,12 @@ class NumpyClient:
     def handle(self, data: bytes) -> bytes:
         try:
             request = decode(data)
+            version = request["protocol_version"]
+            if version != PROTOCOL_VERSION:
+                raise ValueError(
+                    f"protocol_version: {version!r} is not supported"
+                    f" (this side speaks {PROTOCOL_VERSION})"
+                )
             payload = request["payload"]
             kind = payload["kind"]
         except Exception as exc:  # not a message: say so, never crash
@@ -254,17 +261,27 @@ class NumpyClient:
 
 # -- the TCP transport: 4-byte little-endian length frames, HMAC handshake ------
 
+MAX_FRAME = 256 * 1024 * 1024
+
+
+class Refused(Exception):
+    """The server refused the credentials."""
+
 
 def send_frame(sock: socket.socket, body: bytes) -> None:
     sock.sendall(struct.pack("<I", len(body)) + body)
 
 
 def receive_frame(sock: socket.socket) -> bytes | None:
-    """The next frame's body; None when the server closed the connection."""
+    """The next frame's body; None when the server closed the connection.
+    A frame over the limit is refused on its length: ConnectionError."""
     prefix = receive_exactly(sock, 4)
     if prefix is None:
         return None
-    return receive_exactly(sock, struct.unpack("<I", prefix)[0])
+    size = struct.unpack("<I", prefix)[0]
+    if size > MAX_FRAME:
+        raise ConnectionError(f"a frame of {size} bytes is over the limit")
+    return receive_exactly(sock, size)
 
 
 def receive_exactly(sock: socket.socket, size: int) -> bytes | None:
@@ -291,8 +308,9 @@ def client_from(client_id: int, data: dict[str, Any]) -> NumpyClient:
     )
 
 
-def connect(host: str, port: int, client_id: int, token: str) -> str:
-    """Serve one run over TCP; how it ended ("shutdown", "left", "closed")."""
+def session(host: str, port: int, client_id: int, token: str) -> str | None:
+    """One connection: "shutdown" or "left" when the run is over for this
+    client, None when the connection dropped before."""
     with socket.create_connection((host, port)) as sock:
         hello = {"type": "hello", "protocol_version": PROTOCOL_VERSION,
                  "client_id": client_id, "want": ["data"]}  # fmt: skip
@@ -303,12 +321,17 @@ def connect(host: str, port: int, client_id: int, token: str) -> str:
         send_frame(sock, msgpack.packb({"type": "auth", "mac": code}))
         answer = decode(receive_frame(sock) or b"\xc0")
         if answer.get("type") != "accepted":
-            raise ConnectionRefusedError(str(answer.get("reason", answer)))
+            raise Refused(str(answer.get("reason", answer)))
         client = client_from(client_id, answer["data"])
         send_frame(sock, client.join_request())
-        ended = "closed"
+        done = False
         while (body := receive_frame(sock)) is not None:
-            frame = decode(body)
+            try:
+                frame = decode(body)
+            except Exception:  # not msgpack: answered with an error reply
+                frame = {}
+            if not isinstance(frame, dict):
+                frame = {}
             if frame.get("type") == "update" and "data" in frame:
                 client = client_from(client_id, frame["data"])
             elif frame.get("type") == "leave":
@@ -319,9 +342,29 @@ def connect(host: str, port: int, client_id: int, token: str) -> str:
                 return "left"
             elif "type" not in frame:
                 send_frame(sock, client.handle(body))
-                if frame.get("payload", {}).get("kind") == "shutdown":
-                    ended = "shutdown"
-        return ended
+                payload = frame.get("payload")
+                done = isinstance(payload, dict) and payload.get("kind") == "shutdown"
+        return "shutdown" if done else None
+
+
+def connect(
+    host: str, port: int, client_id: int, token: str, retry_s: float = 30
+) -> str:
+    """Serve one run over TCP, connecting again (for `retry_s` seconds) when
+    a connection drops; how it ended ("shutdown" or "left")."""
+    waited = 0.0
+    while True:
+        try:
+            ended = session(host, port, client_id, token)
+            waited = 0.0
+        except (OSError, ValueError) as exc:  # no server, a dropped or bad frame
+            if waited > retry_s:
+                raise ConnectionError(f"gave up after {retry_s} s: {exc}") from exc
+            ended = None
+        if ended is not None:
+            return ended
+        time.sleep(0.2)
+        waited += 0.2
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -333,9 +376,12 @@ def main(argv: list[str] | None = None) -> int:
     host, _, port = args.connect.rpartition(":")
     try:
         ended = connect(host or "127.0.0.1", int(port), args.id, args.token)
-    except ConnectionRefusedError as exc:
+    except Refused as exc:
         print(f"refused: {exc}", file=sys.stderr)
         return 2
+    except ConnectionError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
     print(f"client {args.id}: {ended}")
     return 0
 

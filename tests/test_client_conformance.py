@@ -26,6 +26,11 @@ def test_the_reference_client_passes_every_case() -> None:
     assert failed([sys.executable, "-m", "clusterfed.cli", "client", *CONNECT]) == {}
 
 
+def test_the_numpy_client_passes_every_case() -> None:
+    numpy_client = str(ROOT / "examples" / "numpy_client.py")
+    assert failed([sys.executable, numpy_client, *CONNECT]) == {}
+
+
 @needs_node
 def test_the_js_client_passes_every_case() -> None:
     assert failed(["node", str(JS_CLIENT / "client.js"), *CONNECT]) == {}
