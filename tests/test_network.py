@@ -52,9 +52,9 @@ def test_external_python_clients_give_the_rows_of_simulated_ones(
 
 @pytest.fixture
 def served(tmp_path: Path) -> Served:
-    """A 6-round run whose clients 0 and 3 are external (a 30 s task timeout
+    """A 12-round run whose clients 0 and 3 are external (a 30 s task timeout
     and 2 s frames), client 0 a reference client and client 3 the test's."""
-    scenario = straggler_scenario(tmp_path, task_timeout_s=30.0, rounds=6)
+    scenario = straggler_scenario(tmp_path, task_timeout_s=30.0, rounds=12)
     return Served(
         scenario, tmp_path / "run", "--external", "0,3", "--frame-timeout", "2"
     )
@@ -66,6 +66,9 @@ def test_hostile_connections_are_refused_within_the_deadline_and_the_run_goes_on
     honest = [served.client(0), served.client(3)]
 
     async def attack() -> dict[str, float]:
+        # While the rounds run: once the first is recorded.
+        while not (served.out / "rounds.jsonl").is_file():
+            await asyncio.sleep(0.05)
         took: dict[str, float] = {}
         # A wrong token: refused, and closed.
         raw = await Raw.open(served.host, served.port)
@@ -111,13 +114,15 @@ def test_hostile_connections_are_refused_within_the_deadline_and_the_run_goes_on
 
     took = asyncio.run(attack())
     assert took["slow-loris"] < 10  # the frame timeout (2 s), not the task's 30
+    during = len(rows(served.out))
     out = served.wait()
+    assert during < 12  # the attack ended before the run did
     assert "failed 0" in out and "rejected 0" in out
     for client in honest:
         _, err = client.communicate(timeout=60)
         assert client.returncode == 0, err
     found = rows(served.out)
-    assert len(found) == 6
+    assert len(found) == 12
     assert all(not c["failed"] for row in found for c in row["clients"])
 
 
