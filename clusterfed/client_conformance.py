@@ -18,18 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 import shlex
 import subprocess
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TypeVar
 
 import numpy as np
 
-from clusterfed.actors.runtimes.net_handshake import Refusal, admit
-from clusterfed.actors.runtimes.net_io import read_frame, write_frame
-from clusterfed.actors.spec import ClientSpec
+from clusterfed.actors.runtimes.net_io import write_frame
+from clusterfed.client_under_test import CLIENT, ClientUnderTest, Verdict
 from clusterfed.protocol import (
     ClassHistogram,
     ClusterModel,
@@ -38,7 +35,6 @@ from clusterfed.protocol import (
     ErrorReply,
     EvaluateReply,
     EvaluateTask,
-    JoinRequest,
     LeaveNotice,
     Message,
     PeerModel,
@@ -57,9 +53,6 @@ from clusterfed.protocol.transport import Leave, encode_control
 _Reply = TypeVar(
     "_Reply", UpdateReply, EvaluateReply, ProbeReply, ClassHistogram, Shutdown
 )
-CLIENT = 0
-START_S = 60.0
-"""How long a client's process may take to start and connect."""
 FEATURES, CLASSES = 64, 10
 WEIGHTS = CLASSES * FEATURES + CLASSES
 NONCE = "c0ffee"
@@ -82,94 +75,30 @@ CASES = (
 )
 
 
-@dataclass
-class Verdict:
-    """One case: whether the client passed, and what it did wrong."""
-
-    case: str
-    passed: bool = True
-    problems: list[str] = field(default_factory=list)
-
-    def fail(self, problem: str) -> None:
-        self.passed = False
-        self.problems.append(problem)
-
-
-def conformance_spec() -> ClientSpec:
-    """The client the suite plays against: digits samples 0..59 to train on,
-    60..79 held out, a softmax regression."""
-    return ClientSpec(
-        id=CLIENT,
-        group=0,
-        dataset="digits",
-        model="mlp",
-        model_params={"hidden": []},
-        train=list(range(60)),
-        test=list(range(60, 80)),
-        seed=0,
-    )
-
-
-class _Peer:
-    """One admitted connection of the client under test."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        self.reader, self.writer = reader, writer
-
-    async def ask(self, body: bytes, timeout: float) -> bytes | None:
-        """Send a frame; the client's next frame, None if it closed."""
-        await write_frame(self.writer, body)
-        return await read_frame(
-            self.reader, header_timeout=timeout, body_timeout=timeout
-        )
-
-    async def closed(self, timeout: float) -> bool:
-        """Whether the client closes the connection within `timeout`."""
-        try:
-            async with asyncio.timeout(timeout):
-                while await self.reader.read(65536):
-                    pass
-        except TimeoutError:
-            return False
-        except ConnectionError:
-            pass
-        return True
-
-    def drop(self) -> None:
-        self.writer.close()
-
-
 class Suite:
     """The scripted server; `run(command)` plays every case once."""
 
     def __init__(self, command: Sequence[str], *, timeout_s: float = 30.0) -> None:
         self.command = list(command)
         self.timeout_s = timeout_s
-        self.spec = conformance_spec()
-        self.token = secrets.token_hex(16)
         self.verdicts = {case: Verdict(case) for case in CASES}
-        self._arrivals: asyncio.Queue[tuple[asyncio.StreamReader, asyncio.StreamWriter]]
-        self._process: subprocess.Popen[bytes] | None = None
-        self._address = ""
+        self.client = ClientUnderTest(self.command, self.verdicts, timeout_s)
+        self.spec = self.client.spec
         self._next = 0
-        self._peer: _Peer | None = None
 
     async def run(self) -> list[Verdict]:
-        self._arrivals = asyncio.Queue()
-        server = await asyncio.start_server(self._arrive, "127.0.0.1", 0)
-        host, port = server.sockets[0].getsockname()[:2]
-        self._address = f"{host}:{port}"
+        server = await self.client.listen()
         try:
             await self._play()
         finally:
             server.close()
-            self._stop()
+            self.client.stop()
         return [self.verdicts[c] for c in CASES]
 
     # -- the cases ---------------------------------------------------------------
 
     async def _play(self) -> None:
-        if not await self._connect(first=True):
+        if not await self.client.start(first=True):
             return
         await self._case("train_task", self._train)
         await self._case("evaluate_task", self._evaluate)
@@ -181,22 +110,22 @@ class Suite:
         await self._case("deadline", self._deadline)
         await self._case("reconnect", self._reconnect)
         await self._case("shutdown", self._shutdown)
-        self._stop()
-        if await self._connect(first=False):
+        self.client.stop()
+        if await self.client.start(first=False):
             await self._case("leave", self._leave)
 
     async def _case(
         self, name: str, play: Callable[[Verdict], Awaitable[None]]
     ) -> None:
         verdict = self.verdicts[name]
-        if self._peer is None and not await self._connect(first=False):
+        if self.client.peer is None and not await self.client.start(first=False):
             verdict.fail("the client is gone and could not be started again")
             return
         try:
             await play(verdict)
         except (TimeoutError, ProtocolError, ConnectionError) as exc:
             verdict.fail(f"{type(exc).__name__}: {exc}")
-            self._drop()
+            self.client.drop()
 
     async def _train(self, verdict: Verdict) -> None:
         task = TrainTask(
@@ -270,52 +199,54 @@ class Suite:
         )
 
     async def _oversized(self, verdict: Verdict) -> None:
-        peer = self._require_peer()
+        peer = self.client.require_peer()
         peer.writer.write((2**31).to_bytes(4, "little"))
         await peer.writer.drain()
         # A client may close on the length alone (and come back), or go on;
         # it must not wait for 2 GB, nor die.
         if not await peer.closed(10):
             verdict.fail("still waiting on a 2 GB frame after 10 s")
-            self._drop()
+            self.client.drop()
         else:
-            self._peer = None
-        if not await self._back(verdict, "after a 2 GB frame"):
+            self.client.peer = None
+        if not await self.client.back(verdict, "after a 2 GB frame"):
             return
         await self._answers_after(verdict)
 
     async def _deadline(self, verdict: Verdict) -> None:
         # The server stops waiting (a task timeout) and drops the connection
         # while the client trains; the client's reply has nowhere to go.
-        peer = self._require_peer()
+        peer = self.client.require_peer()
         task = TrainTask(
             models=(ClusterModel(cluster=0, weights=np.zeros(WEIGHTS, np.float32)),),
             config=TrainConfig(epochs=1),
         )
         await write_frame(peer.writer, encode(self._envelope(task)))
-        self._drop()
-        if await self._back(verdict, "after the server dropped it past a deadline"):
+        self.client.drop()
+        if await self.client.back(
+            verdict, "after the server dropped it past a deadline"
+        ):
             await self._answers_after(verdict)
 
     async def _reconnect(self, verdict: Verdict) -> None:
-        self._drop()
-        if await self._back(verdict, "after an idle drop"):
+        self.client.drop()
+        if await self.client.back(verdict, "after an idle drop"):
             await self._answers_after(verdict)
 
     async def _shutdown(self, verdict: Verdict) -> None:
         reply = await self._exchange(verdict, Shutdown(reason="end of run"), Shutdown)
         if reply is None:
             return
-        peer = self._require_peer()
+        peer = self.client.require_peer()
         peer.drop()
-        self._peer = None
+        self.client.peer = None
         with contextlib.suppress(TimeoutError):
-            arrival = await asyncio.wait_for(self._arrivals.get(), 3)
+            arrival = await asyncio.wait_for(self.client.arrivals.get(), 3)
             arrival[1].close()
             verdict.fail("connected again after its shutdown")
-        if self._process is not None:
+        if self.client.process is not None:
             try:
-                code = await asyncio.to_thread(self._process.wait, 10)
+                code = await asyncio.to_thread(self.client.process.wait, 10)
             except subprocess.TimeoutExpired:
                 verdict.fail("still running 10 s after its shutdown")
                 return
@@ -323,7 +254,7 @@ class Suite:
                 verdict.fail(f"exited with status {code} after its shutdown")
 
     async def _leave(self, verdict: Verdict) -> None:
-        peer = self._require_peer()
+        peer = self.client.require_peer()
         answer = await peer.ask(
             encode_control(Leave(reason="scenario: leave")), self.timeout_s
         )
@@ -360,10 +291,10 @@ class Suite:
         )
 
     async def _ask(self, body: bytes, verdict: Verdict) -> bytes | None:
-        answer = await self._require_peer().ask(body, self.timeout_s)
+        answer = await self.client.require_peer().ask(body, self.timeout_s)
         if answer is None:
             verdict.fail("closed the connection instead of answering")
-            self._peer = None
+            self.client.peer = None
         return answer
 
     async def _exchange(
@@ -421,7 +352,7 @@ class Suite:
         starts: str | None,
     ) -> None:
         if answer is None:
-            await self._back(verdict, "after the frame")
+            await self.client.back(verdict, "after the frame")
             return
         try:
             reply = decode(answer)
@@ -443,90 +374,6 @@ class Suite:
         reply = await self._exchange(verdict, task, EvaluateReply)
         if reply is None and before:
             verdict.fail("no evaluation answered on the new connection")
-
-    # -- the client's process and connections -----------------------------------
-
-    async def _arrive(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        await self._arrivals.put((reader, writer))
-
-    def _require_peer(self) -> _Peer:
-        if self._peer is None:
-            raise ConnectionResetError("the client is not connected")
-        return self._peer
-
-    def _drop(self) -> None:
-        if self._peer is not None:
-            self._peer.drop()
-            self._peer = None
-
-    async def _back(self, verdict: Verdict, when: str) -> bool:
-        """Wait for the client to connect again and pass the handshake."""
-        self._drop()
-        if self._process is not None:
-            # A client that dies on what it was sent dies at once.
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                await asyncio.to_thread(self._process.wait, 1)
-        if self._process is not None and self._process.poll() is not None:
-            verdict.fail(f"died {when} (exit status {self._process.returncode})")
-            self._process = None
-            return False
-        if not await self._admitted():
-            verdict.fail(f"did not connect again {when}")
-            return False
-        return True
-
-    async def _connect(self, *, first: bool) -> bool:
-        """Start the client (again) and admit its connection."""
-        self._stop()
-        words = [
-            w.format(address=self._address, id=CLIENT, token=self.token)
-            for w in self.command
-        ]
-        self._process = subprocess.Popen(
-            words, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
-        return await self._admitted(record=first, within=START_S)
-
-    async def _admitted(self, record: bool = False, within: float = 0) -> bool:
-        handshake, join = self.verdicts["handshake"], self.verdicts["join"]
-        within = within or self.timeout_s
-        try:
-            reader, writer = await asyncio.wait_for(self._arrivals.get(), within)
-        except TimeoutError:
-            if record:
-                handshake.fail(f"the client did not connect within {within} s")
-            return False
-
-        async def spec_of(client: int) -> ClientSpec | None:
-            return self.spec if client == CLIENT else None
-
-        try:
-            admitted = await admit(reader, writer, {CLIENT: self.token}, spec_of)
-        except Refusal as exc:
-            handshake.fail(str(exc))
-            writer.close()
-            return False
-        joined = decode(admitted.join).payload
-        assert isinstance(joined, JoinRequest)
-        if (joined.n_train, joined.n_test) != (
-            len(self.spec.train),
-            len(self.spec.test),
-        ):
-            join.fail(
-                f"joined with n_train {joined.n_train}, n_test {joined.n_test};"
-                f" it holds {len(self.spec.train)} and {len(self.spec.test)}"
-            )
-        self._peer = _Peer(reader, writer)
-        return True
-
-    def _stop(self) -> None:
-        self._drop()
-        if self._process is not None and self._process.poll() is None:
-            self._process.kill()
-            self._process.wait()
-        self._process = None
 
 
 def _weights(seed: int) -> np.ndarray:
