@@ -124,6 +124,8 @@ class Round:
     fold: RoundFold | None = None
     once_per_client: bool = True
     adversary: Adversary | None = None
+    # Told every exchange's verdict as it is booked (a trace records them).
+    on_book: Callable[[ClientId, Exchange], None] | None = None
     # Derived, never passed: who has an accepted update, and the weight cap.
     _updated: set[ClientId] = field(default_factory=set, init=False)
     _weight_cap: float | None = field(default=None, init=False)
@@ -143,6 +145,8 @@ class Round:
             self.rejections.append(f"client {client}: {exchange.reason}")
         if exchange.status != "ok":
             outcome.reason = exchange.reason
+        if self.on_book is not None:
+            self.on_book(client, exchange)
 
     def samples_to_time(self, plan: TaskPlan, exchange: Exchange) -> int:
         """The samples a train reply is timed by (`phases.duration`): the

@@ -36,6 +36,7 @@ from clusterfed.algorithms.base import streams
 from clusterfed.algorithms.diagnostics import Diagnostics, as_diagnostics
 from clusterfed.errors import ClusterfedError, ConfigError
 from clusterfed.protocol import MAX_MESSAGE_BYTES, Shutdown, TrainConfig
+from clusterfed.types import ClientId
 
 from . import phases
 from .adversary import Adversary
@@ -44,7 +45,7 @@ from .clock import DeadlinePolicy, SimClock, WaitAll, arrives_late
 from .courier import Courier
 from .folding import RoundFold
 from .membership import Membership
-from .outcome import ClientOutcome, RoundOutcome
+from .outcome import ClientOutcome, Exchange, RoundOutcome
 from .reply_books import ReplyBooks
 from .round import Round, UpdateLimits
 from .runtimes import Runtime
@@ -57,6 +58,9 @@ Play = Callable[[list[ClientInfo], Round], Awaitable[RoundOutcome]]
 
 class ParameterServer(Membership):
     """Runs the rounds of one federated run.
+
+    `on_book`, when set, is told each exchange's verdict as a round books it
+    (the trace records them).
 
     Args:
         strategy: the algorithm deciding plans and aggregation.
@@ -90,6 +94,8 @@ class ParameterServer(Membership):
             clipped (by the clients, checked here), summed with equal weights
             per cluster and noised before the aggregation. None: off.
     """
+
+    on_book: Callable[[ClientId, Exchange], None] | None = None
 
     def __init__(
         self,
@@ -170,6 +176,7 @@ class ParameterServer(Membership):
                 self.limits,
                 once_per_client=once_per_client,
                 adversary=self.adversary,
+                on_book=self.on_book,
             )
             return await (play or self._play)(members, books)
         finally:

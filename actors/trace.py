@@ -33,15 +33,18 @@ from clusterfed.protocol.codec import (
 from clusterfed.types import ClientId
 
 from .client import ClientState
+from .outcome import Exchange
 from .runtimes import Runtime
 from .spec import ClientSpec
 
 TRACE_FILE = "trace.msgpack"
 TraceMode = Literal["full", "headers"]
 TRACE_MODES: tuple[TraceMode, ...] = ("full", "headers")
-Role = Literal["request", "reply", "inbound", "answer"]
+Role = Literal["request", "reply", "inbound", "answer", "verdict"]
 """A server request through the runtime, the client's reply to it, a message
-the client sent on its own (join, leave), the server's answer to that."""
+the client sent on its own (join, leave), the server's answer to that, and
+the server's verdict on a reply (in `outcome`: accepted, late, failed or
+rejected, with the reason)."""
 
 # A trace may come from anyone (a folder sent with a bug report): every field
 # is checked for its type, none coerced, no key unknown.
@@ -133,6 +136,27 @@ class TraceWriter:
                 "in_reply_to": None,
                 "data": None,
                 "outcome": outcome,
+            }
+        )
+
+    def verdict(self, client: int, exchange: Exchange) -> None:
+        """The server's verdict on a reply (or on its absence): "accepted",
+        or the status and its reason ("late: …", "rejected: …")."""
+        status = "accepted" if exchange.status == "ok" else exchange.status
+        reply = exchange.reply
+        self._write(
+            {
+                "role": "verdict",
+                "dir": "up",
+                "client": client,
+                "size": 0,
+                "kind": None,
+                "msg_id": reply.msg_id if reply is not None else None,
+                "in_reply_to": reply.in_reply_to if reply is not None else None,
+                "data": None,
+                "outcome": status
+                if not exchange.reason
+                else f"{status}: {exchange.reason}",
             }
         )
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from clusterfed import cli_net
 from clusterfed.cli_parser import build_parser
 from clusterfed.errors import ClusterfedError, ConfigError, ScenarioWarning
 from clusterfed.protocol.codec import printable
@@ -113,17 +115,27 @@ def _trace(args: argparse.Namespace) -> int:
     from clusterfed.trace_report import report
 
     try:
-        print(
-            report(
-                args.folder,
-                clients=args.client,
-                rounds=args.round,
-                kinds=args.kind,
-                json_output=args.json,
-            )
+        text = report(
+            args.folder,
+            clients=args.client,
+            rounds=args.round,
+            kinds=args.kind,
+            json_output=args.json,
         )
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{args.folder}: no readable trace: {exc}") from exc
+    return _print_to_pipe(text)
+
+
+def _print_to_pipe(text: str) -> int:
+    """Print `text`; a reader that stops early (`| head`) ends it quietly."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # Python would report the pipe again when it flushes stdout at exit:
+        # point stdout at /dev/null first (the recipe of Python's docs).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
     return 0
 
 
@@ -321,6 +333,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "compare": _compare,
     "sweep": _sweep,
     "plot": _plot,
+    **cli_net.COMMANDS,
 }
 
 

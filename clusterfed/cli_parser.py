@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from clusterfed import __version__
+from clusterfed import __version__, cli_net
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -180,6 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
         " one folder, ./runs.png for several)",
     )
     plot.set_defaults(command="plot")
+    cli_net.add_parsers(sub, _common)
     return parser
 
 

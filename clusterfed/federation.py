@@ -150,6 +150,7 @@ class Federation:
         self.trace: TraceWriter | None = None
         if trace is not None:
             self.trace = TraceWriter(out, trace, self.server.courier.nonce)
+            self.server.on_book = self.trace.verdict
             self.runtime = TracingRuntime(runtime, self.trace)
             self.server.courier.runtime = self.runtime
 

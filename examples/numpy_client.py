@@ -6,12 +6,22 @@ no clusterfed import. It trains softmax regression (the `mlp` model with
     join = client.join_request()          # bytes to send to the server
     reply = client.handle(request_bytes)  # bytes of the reply
 
-tests/test_protocol_kit.py drives it against a real parameter server.
+tests/test_protocol_kit.py drives it against a real parameter server. Over
+TCP, against `clusterfed serve … --external N` (docs/protocol.md, *Transport*),
+asking the server for its samples:
+
+    python examples/numpy_client.py --connect HOST:PORT --id N --token TOKEN
 """
 
 from __future__ import annotations
 
+import argparse
+import hashlib
+import hmac
+import socket
 import struct
+import sys
+import time
 from typing import Any
 
 import msgpack
@@ -119,6 +129,12 @@ class NumpyClient:
     def handle(self, data: bytes) -> bytes:
         try:
             request = decode(data)
+            version = request["protocol_version"]
+            if version != PROTOCOL_VERSION:
+                raise ValueError(
+                    f"protocol_version: {version!r} is not supported"
+                    f" (this side speaks {PROTOCOL_VERSION})"
+                )
             payload = request["payload"]
             kind = payload["kind"]
         except Exception as exc:  # not a message: say so, never crash
@@ -241,3 +257,134 @@ class NumpyClient:
             "in_reply_to": in_reply_to,
             "payload": payload,
         }
+
+
+# -- the TCP transport: 4-byte little-endian length frames, HMAC handshake ------
+
+MAX_FRAME = 256 * 1024 * 1024
+
+
+class Refused(Exception):
+    """The server refused the credentials."""
+
+
+def send_frame(sock: socket.socket, body: bytes) -> None:
+    sock.sendall(struct.pack("<I", len(body)) + body)
+
+
+def receive_frame(sock: socket.socket) -> bytes | None:
+    """The next frame's body; None when the server closed the connection.
+    A frame over the limit is refused on its length: ConnectionError."""
+    prefix = receive_exactly(sock, 4)
+    if prefix is None:
+        return None
+    size = struct.unpack("<I", prefix)[0]
+    if size > MAX_FRAME:
+        raise ConnectionError(f"a frame of {size} bytes is over the limit")
+    return receive_exactly(sock, size)
+
+
+def receive_exactly(sock: socket.socket, size: int) -> bytes | None:
+    chunks, left = [], size
+    while left:
+        chunk = sock.recv(min(left, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def client_from(client_id: int, data: dict[str, Any]) -> NumpyClient:
+    """A client of the samples an `accepted` (or `update`) carries."""
+    return NumpyClient(
+        client_id,
+        data["x_train"],
+        data["y_train"],
+        data["x_test"],
+        data["y_test"],
+        n_classes=data["n_classes"],
+        seed=client_id,
+    )
+
+
+def session(host: str, port: int, client_id: int, token: str) -> str | None:
+    """One connection: "shutdown" or "left" when the run is over for this
+    client, None when the connection dropped before."""
+    with socket.create_connection((host, port)) as sock:
+        hello = {"type": "hello", "protocol_version": PROTOCOL_VERSION,
+                 "client_id": client_id, "want": ["data"]}  # fmt: skip
+        send_frame(sock, msgpack.packb(hello))
+        challenge = decode(receive_frame(sock) or b"\xc0")
+        message = b"clusterfed-auth" + challenge["nonce"] + struct.pack("<Q", client_id)
+        code = hmac.new(token.encode(), message, hashlib.sha256).digest()
+        send_frame(sock, msgpack.packb({"type": "auth", "mac": code}))
+        answer = decode(receive_frame(sock) or b"\xc0")
+        if answer.get("type") != "accepted":
+            raise Refused(str(answer.get("reason", answer)))
+        client = client_from(client_id, answer["data"])
+        send_frame(sock, client.join_request())
+        done = False
+        while (body := receive_frame(sock)) is not None:
+            try:
+                frame = decode(body)
+            except Exception:  # not msgpack: answered with an error reply
+                frame = {}
+            if not isinstance(frame, dict):
+                frame = {}
+            if frame.get("type") == "update" and "data" in frame:
+                client = client_from(client_id, frame["data"])
+            elif frame.get("type") == "leave":
+                notice = {"kind": "leave", "client_id": client_id,
+                          "reason": frame.get("reason", "")}  # fmt: skip
+                send_frame(sock, encode(client._envelope(
+                    notice, msg_id=f"{client.address}:leave", round=-1)))  # fmt: skip
+                return "left"
+            elif "type" not in frame:
+                send_frame(sock, client.handle(body))
+                payload = frame.get("payload")
+                done = isinstance(payload, dict) and payload.get("kind") == "shutdown"
+        return "shutdown" if done else None
+
+
+def connect(
+    host: str, port: int, client_id: int, token: str, retry_s: float = 30
+) -> str:
+    """Serve one run over TCP, connecting again (for `retry_s` seconds) when
+    a connection drops; how it ended ("shutdown" or "left")."""
+    waited = 0.0
+    while True:
+        try:
+            ended = session(host, port, client_id, token)
+            waited = 0.0
+        except (OSError, ValueError) as exc:  # no server, a dropped or bad frame
+            if waited > retry_s:
+                raise ConnectionError(f"gave up after {retry_s} s: {exc}") from exc
+            ended = None
+        if ended is not None:
+            return ended
+        time.sleep(0.2)
+        waited += 0.2
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--connect", required=True, metavar="HOST:PORT")
+    parser.add_argument("--id", required=True, type=int)
+    parser.add_argument("--token", required=True)
+    args = parser.parse_args(argv)
+    host, _, port = args.connect.rpartition(":")
+    try:
+        ended = connect(host or "127.0.0.1", int(port), args.id, args.token)
+    except Refused as exc:
+        print(f"refused: {exc}", file=sys.stderr)
+        return 2
+    except ConnectionError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    print(f"client {args.id}: {ended}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

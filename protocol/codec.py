@@ -349,6 +349,29 @@ def pack_record(record: Mapping[str, Any]) -> bytes:
     return len(body).to_bytes(4, "little") + body
 
 
+def pack_map(record: Mapping[str, Any]) -> bytes:
+    """`record` as one msgpack map, tensors as extensions of type 1: the body
+    of a transport frame (`transport.py`), without its length prefix."""
+    body: bytes = msgpack.packb(dict(record), default=_default, use_bin_type=True)
+    return body
+
+
+def unpack_map(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES) -> dict[str, Any]:
+    """A transport frame's body as a map, within the limits of a record (a
+    few dozen objects; strings up to `max_bytes`). Raises `ProtocolError`
+    for anything else."""
+    found = _unpack(
+        data,
+        _ext_hook,
+        max_bytes=max_bytes,
+        most=MAX_RECORD_OBJECTS,
+        max_text=max_bytes,
+    )
+    if not isinstance(found, dict):
+        raise ProtocolError(f"expected a map, got {type(found).__name__}")
+    return found
+
+
 def read_records(
     stream: BinaryIO, *, max_bytes: int = MAX_RECORD_BYTES
 ) -> Iterator[dict[str, Any]]:

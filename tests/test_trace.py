@@ -45,8 +45,12 @@ def test_a_trace_holds_every_envelope_in_order(recorded: Path) -> None:
     for i, r in enumerate(records):
         if r.role == "reply" and r.in_reply_to is not None:
             assert sent[r.in_reply_to] < i
-    assert all(r.data is not None and len(r.data) == r.size for r in records)
+    messages = [r for r in records if r.role != "verdict"]
+    assert all(r.data is not None and len(r.data) == r.size for r in messages)
     assert [r.round for r in records] == sorted(r.round for r in records)
+    # Each update gets the server's verdict, naming the reply it judges.
+    verdicts = {r.msg_id: r.outcome for r in records if r.role == "verdict"}
+    assert all(verdicts[r.msg_id] == "accepted" for r in updates)
 
 
 def test_a_replay_sends_the_same_requests_and_writes_the_same_rows(
@@ -88,7 +92,8 @@ def test_headers_only_traces_leave_out_the_bytes_and_cannot_be_replayed(
     traced_run(tmp_path, small_scenario(rounds=1), mode="headers")
     header, records = read_trace(tmp_path)
     assert header["mode"] == "headers"
-    assert records and all(r.data is None and r.size > 0 for r in records)
+    messages = [r for r in records if r.role != "verdict"]
+    assert messages and all(r.data is None and r.size > 0 for r in messages)
     with pytest.raises(ConfigError, match="headers only"):
         replay(tmp_path)
 
