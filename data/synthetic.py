@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
+import torch
 
 from clusterfed.errors import ConfigError
 from clusterfed.seeding import numpy_rng
@@ -116,12 +118,21 @@ def sample_count(seed: int, client: int, params: SyntheticParams) -> int:
     return n if params.max_samples is None else min(n, params.max_samples)
 
 
-def generate(seed: int, client: int, params: SyntheticParams) -> SyntheticClient:
+def generate(
+    seed: int, client: int, params: SyntheticParams, n: int | None = None
+) -> SyntheticClient:
     """Client `client`'s model, feature mean and samples, from `seed` and
-    its id only (the same in any process and any order of access)."""
+    its id only (the same in any process and any order of access).
+
+    `n`: generate its first `n` samples only (default: all it holds). The
+    samples are drawn row by row, so these are a prefix of all of them.
+    """
     if client < 0:
         raise ConfigError(f"synthetic: client {client} is not an id (>= 0)")
-    n = sample_count(seed, client, params)
+    if n is None:
+        n = sample_count(seed, client, params)
+    elif n < 1:
+        raise ConfigError(f"synthetic: client {client} needs >= 1 sample, got {n}")
     rng = numpy_rng(seed, client, _DATA)
     u = rng.normal(0.0, params.alpha)
     big_b = rng.normal(0.0, params.beta)
@@ -136,3 +147,24 @@ def generate(seed: int, client: int, params: SyntheticParams) -> SyntheticClient
     # argmax is the logits' argmax.
     y = np.argmax(x.astype(np.float64) @ weights + bias, axis=1).astype(np.int64)
     return SyntheticClient(x, y, weights, bias, mean)
+
+
+# Clients of a round whose rows this process keeps, newest first: a host
+# regenerates a client's rows only when it comes back after this many others.
+ROWS_CACHED = 256
+
+
+@lru_cache(maxsize=ROWS_CACHED)
+def client_rows(name: str, seed: int, client: int, n: int) -> tuple[torch.Tensor, ...]:
+    """The first `n` samples of client `client` of dataset `name` as tensors
+    (features float32, labels int64), generated on first use and kept in a
+    bounded LRU cache of this process.
+
+    Raises:
+        ConfigError: `name` is not a synthetic dataset.
+    """
+    params = parse_name(name)
+    if params is None:
+        raise ConfigError(f"dataset {name!r} is not a synthetic dataset")
+    data = generate(seed, client, params, n)
+    return torch.from_numpy(data.x), torch.from_numpy(data.y)

@@ -117,3 +117,12 @@ def test_names_give_the_parameters_and_bad_names_are_refused() -> None:
         SyntheticParams(max_samples=3)
     with pytest.raises(ConfigError, match="not an id"):
         generate(0, -1, ONE_ONE)
+
+
+def test_a_capped_client_holds_a_prefix_of_its_rows() -> None:
+    full = generate(2, 17, ONE_ONE)
+    first = generate(2, 17, ONE_ONE, n=10)
+    np.testing.assert_array_equal(first.x, full.x[:10])
+    np.testing.assert_array_equal(first.y, full.y[:10])
+    with pytest.raises(ConfigError, match="needs >= 1 sample"):
+        generate(2, 17, ONE_ONE, n=0)
