@@ -156,3 +156,34 @@ def test_a_population_refuses_checkpoints(tmp_path: Path) -> None:
             config={"scenario": {}},
             checkpoint_every=1,
         )
+
+
+def test_the_cross_device_scenarios_are_what_their_descriptions_say() -> None:
+    from clusterfed.scenarios import BUILTIN
+
+    plain, clustered = BUILTIN["cross-device"](), BUILTIN["cross-device-clustered"]()
+    for scenario in (plain, clustered):
+        assert scenario.population is not None
+        assert scenario.population.registered == 1_000_000
+        assert scenario.population.k == 1_000
+        assert scenario.dataset.name == "synthetic_1_1"
+        assert scenario.availability.kind == "diurnal"
+        assert scenario.rounds == 20
+        assert "1 local epoch" in plain.description
+    assert plain.algorithm == "fedavg"
+    assert clustered.algorithm == "ifca"
+    assert clustered.params_of("ifca") == {"clusters": 4}
+    assert clustered.transform_groups() == 4
+
+
+def test_cross_device_runs_scaled_down_through_overrides(tmp_path: Path) -> None:
+    result = clusterfed.run(
+        "cross-device-clustered",
+        out=tmp_path,
+        runtime=InlineRuntime(),
+        rounds=2,
+        overrides=["population.registered=5000", "population.per_round=12"],
+    )
+    assert [len(r["clients"]) for r in result.rows] == [12, 12]
+    assert all(r["ari"] is not None for r in result.rows)
+    assert result.summary["ari_final"] is not None
