@@ -147,8 +147,13 @@ class Federation:
         self._punctual_stragglers: set[int] = set()
         for text in scenario_warnings(scenario):
             self.warn(text)
+        if scenario.rows == "summary" and (checkpoint_every or resume is not None):
+            raise ConfigError(
+                "rows = summary keeps no per-client rows to resume from; run"
+                " it without checkpoint_every"
+            )
         if resume is None:
-            self.recorder = RunRecorder(out, self.config)
+            self.recorder = RunRecorder(out, self.config, detail=scenario.rows)
             self.first_round = 0
         else:
             # The same plan (all from the seed), then the checkpoint's position.

@@ -202,6 +202,15 @@ class Scenario(_Spec):
         " dataset, K of them a round (population.py); None: `clients` are all"
         " built at start and take part as the strategy samples them",
     )
+    rows: Literal["full", "summary"] = Field(
+        "full",
+        # Absent from config.json while "full": runs before it read the same.
+        exclude_if=lambda value: value == "full",
+        description="rounds.jsonl's per-client detail: full (a row per client"
+        ' in each round\'s "clients"), or summary (an empty "clients" and a'
+        ' "participants" digest: counts, mean and std accuracy), for rounds'
+        " of thousands of clients",
+    )
     target_accuracy: float = Field(
         0.8,
         gt=0,

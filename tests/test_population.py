@@ -187,3 +187,49 @@ def test_cross_device_runs_scaled_down_through_overrides(tmp_path: Path) -> None
     assert [len(r["clients"]) for r in result.rows] == [12, 12]
     assert all(r["ari"] is not None for r in result.rows)
     assert result.summary["ari_final"] is not None
+
+
+def test_rows_summary_writes_each_rounds_participants_as_a_digest(
+    tmp_path: Path,
+) -> None:
+    from clusterfed.cli import main
+
+    full = clusterfed.run(population(), out=tmp_path / "full", runtime=InlineRuntime())
+    code = main(
+        [
+            "run",
+            "cross-device",
+            "--rounds",
+            "2",
+            "--rows",
+            "summary",
+            "--out",
+            str(tmp_path / "digest"),
+            "--seed",
+            "3",
+            *("--set population.registered=300 --set population.per_round=8".split()),
+            *("--set population.max_samples=200 --set train.momentum=0.9".split()),
+            *("--set train.batch_size=10 --set train.lr=0.01".split()),
+        ]
+    )
+    assert code == 0
+    import json
+
+    written = [
+        json.loads(line)
+        for line in (tmp_path / "digest" / "rounds.jsonl").read_text().splitlines()
+    ]
+    assert [r["clients"] for r in written] == [[], []]
+    assert [r["participants"]["n"] for r in written] == [8, 8]
+    assert all(r["participants"]["mean_acc"] is not None for r in written)
+    config = json.loads((tmp_path / "digest" / "config.json").read_text())
+    assert config["scenario"]["rows"] == "summary"
+    assert (
+        "rows"
+        not in json.loads((tmp_path / "full" / "config.json").read_text())["scenario"]
+    )
+    summary = json.loads((tmp_path / "digest" / "summary.json").read_text())
+    assert summary["final_mean_acc"] == pytest.approx(
+        written[-1]["participants"]["mean_acc"]
+    )
+    assert len(full.rows[0]["clients"]) == 8
