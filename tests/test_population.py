@@ -207,9 +207,12 @@ def test_rows_summary_writes_each_rounds_participants_as_a_digest(
             str(tmp_path / "digest"),
             "--seed",
             "3",
-            *("--set population.registered=300 --set population.per_round=8".split()),
-            *("--set population.max_samples=200 --set train.momentum=0.9".split()),
-            *("--set train.batch_size=10 --set train.lr=0.01".split()),
+            "--set",
+            "population.registered=300",
+            "--set",
+            "population.per_round=8",
+            "--set",
+            "population.max_samples=200",
         ]
     )
     assert code == 0
@@ -233,3 +236,26 @@ def test_rows_summary_writes_each_rounds_participants_as_a_digest(
         written[-1]["participants"]["mean_acc"]
     )
     assert len(full.rows[0]["clients"]) == 8
+
+
+def test_a_sampled_client_trains_on_its_own_generated_rows(tmp_path: Path) -> None:
+    from clusterfed.actors.spec import build_trainer
+    from clusterfed.data.synthetic import SyntheticParams, generate
+    from clusterfed.scenarios import plan_run
+    from clusterfed.scenarios.population import Population
+
+    scenario = population(transform={"kind": "label_permutation", "groups": 2})
+    people = Population(plan_run(scenario))
+    spec = people.client_spec(5)  # group 1: its labels are permuted
+    assert people.client_spec(5) is spec and people.built == 1
+    trainer = build_trainer(spec)
+    rows = generate(spec.seed, 5, SyntheticParams(), n=len(spec.train) + len(spec.test))
+    n_train = len(spec.train)
+    assert len(spec.test) == max(1, round(0.1 * (n_train + len(spec.test))))
+    np.testing.assert_array_equal(trainer._x_train.gather().numpy(), rows.x[:n_train])
+    permutation = np.asarray(spec.label_permutation)
+    assert permutation.tolist() != list(range(10))
+    np.testing.assert_array_equal(
+        trainer.y_train.numpy(), permutation[rows.y[:n_train]]
+    )
+    np.testing.assert_array_equal(trainer.y_test.numpy(), permutation[rows.y[n_train:]])
