@@ -52,7 +52,10 @@ def cross_device_clustered() -> Scenario:
     through group c mod 4's permutation; group 0 keeps them) and IFCA with
     4 cluster models over each round's sampled clients; the ARI of a round
     is over its participants. DCFL and FeSEM keep each client's history on
-    the server and are refused by a population (population.py)."""
+    the server and are refused by a population (population.py). Caution:
+    Synthetic's per-client models have exchangeable columns, so a label
+    permutation leaves a client's data distribution unchanged and the groups
+    cannot be told apart (measured ARI about 0: bench/RESULTS.md)."""
     return Scenario(
         **{
             **dict(cross_device()),
