@@ -14,8 +14,9 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
-from clusterfed.data import load_dataset
+from clusterfed.data import Dataset, load_dataset
 from clusterfed.data.datasets import load_test_split
+from clusterfed.data.synthetic import client_rows
 from clusterfed.models import build_model
 
 from .compute import ComputeSpec
@@ -187,6 +188,10 @@ def build_trainer(
             accountant=spec.privacy.accountant,
             horizon=spec.privacy.horizon,
         )
+    if data.name.startswith("synthetic"):  # rows of its own, from its seed
+        n = max(max(spec.train), max(spec.test)) + 1
+        x_own, y_own = client_rows(spec.dataset, spec.seed, spec.id, n)
+        data = Dataset(data.name, x_own, y_own, data.n_classes)
     y = _labels(spec, data.y, data.n_classes)
     train = torch.tensor(spec.train, dtype=torch.long)
     y_train = y[train]

@@ -320,6 +320,8 @@ def _overrides(args: argparse.Namespace) -> list[str]:
         extra.append(f"compute.device={args.device}")
     if args.cohort is not None:
         extra.append(f"compute.cohort={args.cohort}")
+    if getattr(args, "rows", None) is not None:  # `run` has it
+        extra.append(f"rows={args.rows}")
     return [*extra, *args.set]
 
 

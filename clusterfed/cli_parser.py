@@ -42,6 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="write a checkpoint after every N-th round (see `clusterfed resume`)",
     )
     run.add_argument(
+        "--rows",
+        choices=["full", "summary"],
+        help="rounds.jsonl's per-client detail (the scenario's `rows`): summary"
+        " writes each round's participants as a digest",
+    )
+    run.add_argument(
         "--trace",
         nargs="?",
         const="full",

@@ -36,6 +36,7 @@ from clusterfed.errors import ConfigError, ScenarioWarning
 from clusterfed.protocol import Shutdown, Welcome, decode
 from clusterfed.scenarios import RunPlan, Scenario, ScenarioEngine, plan_run
 from clusterfed.scenarios.build import AVAILABILITY_STREAM, STRATEGY_STREAM
+from clusterfed.scenarios.population import Population
 from clusterfed.scenarios.problems import scenario_warnings, unfired_time_events
 from clusterfed.seeding import numpy_rng
 from clusterfed.types import ClientId
@@ -118,6 +119,15 @@ class Federation:
         self.global_test = GlobalTest(scenario, self.plan.dataset)
         self.backdoor = backdoor_test(scenario, self.plan.dataset, self.plan.clients)
         self.server = build_server(self.plan, runtime, self.clock)
+        # A lazy population's clients join for their round only.
+        self.population: Population | None = None
+        if scenario.population is not None:
+            if checkpoint_every or resume is not None:
+                raise ConfigError(
+                    "a population run has no checkpoints yet (its arrays are"
+                    " not in a snapshot); run it without checkpoint_every"
+                )
+            self.population = Population(self.plan)
         self.driver: AsyncDriver | None = None
         if scenario.mode == "async":
             self.driver = AsyncDriver(
@@ -137,8 +147,13 @@ class Federation:
         self._punctual_stragglers: set[int] = set()
         for text in scenario_warnings(scenario):
             self.warn(text)
+        if scenario.rows == "summary" and (checkpoint_every or resume is not None):
+            raise ConfigError(
+                "rows = summary keeps no per-client rows to resume from; run"
+                " it without checkpoint_every"
+            )
         if resume is None:
-            self.recorder = RunRecorder(out, self.config)
+            self.recorder = RunRecorder(out, self.config, detail=scenario.rows)
             self.first_round = 0
         else:
             # The same plan (all from the seed), then the checkpoint's position.
@@ -182,6 +197,8 @@ class Federation:
             self.trace.round, self.trace.sim = round, self.clock.now
         self._last_round_start = self.clock.now  # when its events fired
         events = await self.engine.begin_round(self, round, self.clock.now)
+        if self.population is not None:
+            await self.population.enter(self, round, self.clock)
         if self.driver is None:
             outcome = await self.server.run_round(round)
         else:
@@ -190,7 +207,11 @@ class Federation:
         await self.runtime.settle()
         row = self.recorder.record(
             outcome,
-            groups=self.engine.groups,
+            groups=(
+                self.engine.groups
+                if self.population is None
+                else self.population.groups()
+            ),
             sim_time=self.clock.now,
             events=events,
             global_acc=self.global_test.accuracy(self.server.state.models),
@@ -203,6 +224,9 @@ class Federation:
         if self.trace is not None:
             self.trace.flush()
         self._check_stragglers(round, row)
+        if self.population is not None:
+            assignment = dict(self.server.state.assignment)
+            await self.population.leave(self, assignment, round, self.clock)
         done = round + 1
         every = self.checkpoint_every
         if every and done % every == 0 and done < self.scenario.rounds:

@@ -143,8 +143,12 @@ class RunRecorder:
         config: Mapping[str, Any],
         *,
         resume: RecorderSnapshot | None = None,
+        detail: str = "full",
     ) -> None:
         self.out = out
+        # "summary": rounds.jsonl gets each round's participants as a digest;
+        # the rows kept here (summary.json, the plots) keep every client.
+        self.detail = detail
         self.rows: list[Row] = []
         # The strategy's diagnostics of the last round recorded, typed (a
         # resumed run's come from its restored state: `Federation.start`).
@@ -250,8 +254,9 @@ class RunRecorder:
         }
         self.rows.append(row)
         self.diagnostics = outcome.diagnostics
+        written = row if self.detail == "full" else digest(row)
         with (self.out / "rounds.jsonl").open("a") as stream:
-            stream.write(json.dumps(row, allow_nan=False) + "\n")
+            stream.write(json.dumps(written, allow_nan=False) + "\n")
         note_new(self.out, LATE_OUTPUTS, ignore=self._foreign)
         return row
 
@@ -292,6 +297,26 @@ class RunRecorder:
         except (OSError, ValueError):
             return
         _write_json(path, {**config, **fields})
+
+
+def digest(row: Row) -> Row:
+    """`row` without its per-client detail: an empty `clients` and a
+    `participants` digest (how many, trained, late, failed, and the mean and
+    standard deviation of the accuracy of those not faulty)."""
+    clients = row["clients"]
+    accs = [c["acc"] for c in clients if c["acc"] is not None and not c.get("faulty")]
+    return {
+        **row,
+        "clients": [],
+        "participants": {
+            "n": len(clients),
+            "trained": sum(bool(c["trained"]) for c in clients),
+            "late": sum(bool(c["late"]) for c in clients),
+            "failed": sum(bool(c["failed"]) for c in clients),
+            "mean_acc": float(np.mean(accs)) if accs else None,
+            "std_acc": float(np.std(accs)) if accs else None,
+        },
+    }
 
 
 def versions() -> dict[str, str]:

@@ -9,6 +9,8 @@ read: nothing is downloaded at run time.
   the same four files, gzipped or not.
 - `mnist`, `emnist` (the 47-class "balanced" split), `cifar10`: through
   torchvision, from the folder named by `root` in torchvision's own layout.
+- `synthetic`, `synthetic_<alpha>_<beta>`: FedProx's Synthetic(α, β)
+  (`synthetic.py`), generated per client; the dataset itself holds no rows.
 
 File datasets use their training split for the clients' samples: each client
 holds out part of its own (validation data for the algorithms' decisions).
@@ -29,6 +31,8 @@ import numpy as np
 import torch
 
 from clusterfed.errors import ConfigError
+
+from .synthetic import N_FEATURES, parse_name
 
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 
@@ -157,6 +161,10 @@ DATASETS: dict[str, Callable[[str | None, bool], Dataset]] = {
 @lru_cache(maxsize=4)
 def load_dataset(name: str, root: str | None = None) -> Dataset:
     """The dataset called `name`; `root` is the folder for file-based ones."""
+    if parse_name(name) is not None:
+        # Procedural: no rows of its own; each client generates its rows
+        # from its seed (`synthetic.client_rows`).
+        return Dataset(name, torch.empty(0, N_FEATURES), torch.empty(0).long(), 10)
     loader = DATASETS.get(name)
     if loader is None:
         raise ConfigError(

@@ -238,7 +238,10 @@ def plan_run(scenario: Scenario) -> RunPlan:
         data = load_dataset(scenario.dataset.name, scenario.dataset.root)
         rng = numpy_rng(scenario.seed, PARTITION_STREAM)
         joiner_groups = _joiner_partition_groups(scenario)
-        partition, initial, joiners = _partition(scenario, data, joiner_groups, rng)
+        if scenario.population is None:
+            partition, initial, joiners = _partition(scenario, data, joiner_groups, rng)
+        else:  # its clients hold their own rows (population.py)
+            partition, initial, joiners = Partition([], []), [], {}
         splits = holdout(partition, scenario.test_fraction, rng)
         strategy = make(scenario.algorithm, **scenario.params_of(scenario.algorithm))
         strategy.aggregator = scenario.aggregator
@@ -268,7 +271,7 @@ def plan_run(scenario: Scenario) -> RunPlan:
     transforms = GroupTransforms(
         scenario.transform,
         data.n_classes,
-        max(partition.groups) + 1,
+        max(partition.groups, default=0) + 1,
         numpy_rng(scenario.seed, TRANSFORM_STREAM),
     )
     plan = RunPlan(

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from clusterfed.actors.clock import DeviceProfile
 from clusterfed.protocol import TrainConfig
 
-from . import baselines, benchmark, flanders, papers, papers_fmnist
+from . import baselines, benchmark, cross_device, flanders, papers, papers_fmnist
 from .faults import Faulty
 from .partitions import DirichletPartition
 from .spec import DatasetSpec, ModelSpec, Scenario
@@ -109,4 +109,7 @@ BUILTIN: dict[str, Callable[[], Scenario]] = {
     "bench-label-groups-fmnist": benchmark.label_groups,
     "bench-dirichlet-fmnist": benchmark.dirichlet,
     "bench-drift-fmnist": benchmark.drift,
+    # Cross-device scale (issue 40): a lazy population of 10⁶ Synthetic clients.
+    "cross-device": cross_device.cross_device,
+    "cross-device-clustered": cross_device.cross_device_clustered,
 }

@@ -43,6 +43,7 @@ from .partitions import (
     Partition,
     ShardsPartition,
 )
+from .population import PopulationSpec, check_population
 from .privacy import DPSpec
 from .robustness import check_aggregator, check_attacks
 from .transforms import TransformSpec, n_transform_groups
@@ -192,6 +193,23 @@ class Scenario(_Spec):
         description="where clients compute: device (cpu, cuda, cuda:N, mps) and"
         " cohort (train tasks of a host trained as one stacked computation);"
         " a setting of the run, never sent in a message",
+    )
+    population: PopulationSpec | None = Field(
+        None,
+        # Absent from config.json while None: runs without one read as before.
+        exclude_if=lambda value: value is None,
+        description="a lazy population of registered clients of a procedural"
+        " dataset, K of them a round (population.py); None: `clients` are all"
+        " built at start and take part as the strategy samples them",
+    )
+    rows: Literal["full", "summary"] = Field(
+        "full",
+        # Absent from config.json while "full": runs before it read the same.
+        exclude_if=lambda value: value == "full",
+        description="rounds.jsonl's per-client detail: full (a row per client"
+        ' in each round\'s "clients"), or summary (an empty "clients" and a'
+        ' "participants" digest: counts, mean and std accuracy), for rounds'
+        " of thousands of clients",
     )
     target_accuracy: float = Field(
         0.8,
@@ -375,6 +393,7 @@ class Scenario(_Spec):
     def _within_bounds(self) -> Scenario:
         check_partition_fits(self)
         check_model_fits(self)
+        check_population(self)
         return self
 
     @model_validator(mode="after")

@@ -215,3 +215,38 @@ def test_cohort_runs_give_the_same_rows_on_ray_and_locally(tmp_path: Path) -> No
     assert [[c["loss"] for c in r["clients"]] for r in local.rows] == [
         [c["loss"] for c in r["clients"]] for r in on_ray.rows
     ]
+
+
+def test_a_population_reuses_its_hosts_and_gives_the_local_rows(
+    tmp_path: Path,
+) -> None:
+    # Each round's sampled clients join, then leave: the next round's fill
+    # the hosts they left instead of starting new ones.
+    from clusterfed.scenarios import Scenario
+
+    scenario = Scenario.model_validate(
+        {
+            "name": "pop",
+            "dataset": {"name": "synthetic"},
+            "model": {"name": "mlp", "hidden": []},
+            "train": {"epochs": 1, "batch_size": 10, "lr": 0.01},
+            "population": {"registered": 1000, "per_round": 6, "max_samples": 100},
+            "rounds": 3,
+        }
+    )
+    hosts: list[int] = []
+
+    def count(row: dict[str, Any]) -> None:
+        named = ray.util.list_named_actors(all_namespaces=True)
+        hosts.append(sum(a["name"].startswith("clusterfed-host-") for a in named))
+
+    local = clusterfed.run(scenario, out=tmp_path / "local", workers=2)
+    remote = clusterfed.run(
+        scenario, out=tmp_path / "ray", runtime="ray", on_round=count
+    )
+    strip = [{k: v for k, v in r.items() if k != "wall_time"} for r in local.rows]
+    assert strip == [
+        {k: v for k, v in r.items() if k != "wall_time"} for r in remote.rows
+    ]
+    # As many hosts every round (the old placement added hosts each round).
+    assert hosts == [hosts[0]] * 3 and hosts[0] <= 6

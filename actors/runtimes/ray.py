@@ -25,6 +25,7 @@ import asyncio
 import math
 import os
 import uuid
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -166,7 +167,7 @@ class RayRuntime:
             self._federation = None
 
     async def add(self, specs: Sequence[ClientSpec]) -> list[bytes]:
-        """New clients fill the last host, then new hosts."""
+        """New clients fill the hosts with room, then new hosts."""
         if self.clients_per_host is None:
             # Ray declares no types on available_resources; it returns a dict.
             resources: dict[str, float] = ray.available_resources()  # type: ignore[no-untyped-call]
@@ -174,15 +175,17 @@ class RayRuntime:
             self.clients_per_host = max(1, math.ceil(len(specs) / cpus))
         size = self.clients_per_host
         joins: list[bytes] = []
-        room: list[ClientSpec] = []
-        if self.hosts:
-            last = self.hosts[-1]
-            free = size - sum(h is last for h in self.home.values())
-            room = list(specs[: max(0, free)])
+        rest = list(specs)
+        # Hosts with room first, oldest first: a population's clients leave
+        # after their round, and the next round's reuse their hosts instead
+        # of starting new ones every round.
+        load = Counter(id(h) for h in self.home.values())
+        for old in self.hosts:
+            free = max(0, size - load[id(old)])
+            room, rest = rest[:free], rest[free:]
             if room:
-                joins += await last.add.remote(room)
-                self._placed(last, room)
-        rest = list(specs[len(room) :])
+                joins += await old.add.remote(room)
+                self._placed(old, room)
         for first in range(0, len(rest), size):
             group = rest[first : first + size]
             # A host reserves no CPU: a reservation would leave a host created
