@@ -1,0 +1,188 @@
+"""One-backward DP-SGD (book-keeping) against Opacus' per-sample hooks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+from torch import nn
+
+from clusterfed.actors.bookkeeping import BookKeeping, add_noise, layer_paths
+from clusterfed.actors.privacy import private_model, quiet_opacus
+from clusterfed.models import build_model
+
+
+class _Sequence(nn.Module):
+    """Linear layers over a (N, T, d) input: both norm routes of a sequence
+    (T = 2: the ghost norm; T = 9: the materialized gradient)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wide = nn.Linear(8, 8)  # T·(d+p) = 32 < d·p = 64
+        self.narrow = nn.Linear(8, 3)  # T·(d+p) = 22 < d·p = 24
+        self.head = nn.Linear(2 * 3, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.reshape(len(x), 2, 8)
+        return self.head(torch.relu(self.narrow(torch.relu(self.wide(x)))).flatten(1))
+
+
+class _LongSequence(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(2, 3)  # T = 9: T·(d+p) = 45 > d·p = 6
+        self.head = nn.Linear(27, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.tanh(self.proj(x.reshape(len(x), 9, 2))).flatten(1))
+
+
+def _mixed() -> nn.Module:
+    """Layers book-keeping leaves to Opacus: group norm, a grouped conv."""
+    return nn.Sequential(
+        nn.Conv2d(2, 4, 3, padding=1),
+        nn.GroupNorm(2, 4),
+        nn.ReLU(),
+        nn.Conv2d(4, 4, 3, groups=2, stride=2),
+        nn.Flatten(),
+        nn.Linear(4 * 3 * 3, 3),
+    )
+
+
+# name → (model builder, input shape, classes)
+MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...], int]] = {
+    "mlp": (lambda: build_model("mlp", (1, 6, 6), 5, hidden=[16, 8]), (1, 6, 6), 5),
+    "cnn grey": (lambda: build_model("cnn", (1, 10, 10), 4), (1, 10, 10), 4),
+    "cnn colour": (lambda: build_model("cnn", (3, 16, 16), 4), (3, 16, 16), 4),
+    "sequence": (_Sequence, (16,), 4),
+    "long sequence": (_LongSequence, (18,), 4),
+    "mixed": (_mixed, (2, 7, 7), 3),
+    # T·(d+p) = 4·(72+16) < d·p = 72·16: the ghost norm of a convolution.
+    "conv ghost": (
+        lambda: nn.Sequential(
+            nn.Conv2d(8, 16, 3, stride=2), nn.Flatten(), nn.Linear(64, 3)
+        ),
+        (8, 5, 5),
+        3,
+    ),
+}
+
+
+def _batch(
+    shape: tuple[int, ...], classes: int, n: int = 12
+) -> tuple[torch.Tensor, ...]:
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(n, *shape, generator=gen)
+    # Some samples far larger than others: their gradients are clipped.
+    x[: n // 3] *= 20
+    return x, torch.randint(0, classes, (n,), generator=gen)
+
+
+def _opacus_hooks(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Per-sample norms and per-sample gradients from Opacus'
+    GradSampleModule in hooks mode (what DPOptimizer clips)."""
+    from opacus.grad_sample import GradSampleModule
+
+    with quiet_opacus():
+        # GradSampleModule is the hooks mode (`grad_sample_mode="hooks"`).
+        wrapped = GradSampleModule(model, batch_first=True, loss_reduction="sum")
+        loss = nn.functional.cross_entropy(wrapped(x), y, reduction="sum")
+        loss.backward()
+    samples = [p.grad_sample.detach().clone() for p in model.parameters()]
+    wrapped._close()
+    model.zero_grad(set_to_none=True)
+    for p in model.parameters():
+        p.grad_sample = None
+    norms = torch.stack([g.reshape(len(g), -1).norm(2, dim=1) for g in samples])
+    return norms.norm(2, dim=0), samples
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_norms_factors_and_clipped_sums_equal_opacus_hooks(name: str) -> None:
+    build, shape, classes = MODELS[name]
+    torch.manual_seed(3)
+    model = private_model(build())
+    x, y = _batch(shape, classes)
+    norms, samples = _opacus_hooks(model, x, y)
+    bound = float(norms.median())  # clipping binds on about half the batch
+    factors = (bound / (norms + 1e-6)).clamp(max=1.0)
+    assert (factors < 1).sum() >= 3 and (factors == 1).sum() >= 3
+    keeper = BookKeeping(model, bound)
+    loss, sums = keeper.clipped_sum(x, y)
+    assert keeper.last_norms is not None and keeper.last_factors is not None
+    torch.testing.assert_close(keeper.last_norms, norms, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(keeper.last_factors, factors, rtol=1e-5, atol=1e-7)
+    for got, each in zip(sums, samples, strict=True):
+        expected = torch.einsum("n,n...->...", factors, each)
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-6)
+    expected_loss = nn.functional.cross_entropy(model(x), y, reduction="sum")
+    torch.testing.assert_close(loss, expected_loss.detach())
+    # No hook is left behind, and no .grad was written.
+    assert all(p.grad is None for p in model.parameters())
+    assert not any(m._forward_hooks for m in model.modules())
+
+
+def test_each_layer_says_which_path_it_takes() -> None:
+    paths = {p.name: (p.kind, p.path) for p in layer_paths(_mixed())}
+    assert paths == {
+        "0": ("Conv2d", "book-keeping"),
+        "1": ("GroupNorm", "opacus"),
+        "3": ("Conv2d", "opacus"),  # two groups: no book-keeping rule
+        "5": ("Linear", "book-keeping"),
+    }
+
+
+def test_a_layer_without_any_per_sample_rule_is_refused_naming_it() -> None:
+    class Scale(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.s = nn.Parameter(torch.ones(3))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * self.s
+
+    with pytest.raises(ValueError, match=r"layer 1 \(Scale\).*no per-sample"):
+        layer_paths(nn.Sequential(nn.Linear(2, 3), Scale()))
+
+
+def test_a_layer_run_twice_in_one_pass_is_refused() -> None:
+    class Twice(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = nn.Linear(3, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.layer(self.layer(x))
+
+    keeper = BookKeeping(Twice(), 1.0)
+    with pytest.raises(RuntimeError, match="Linear ran 2 times"):
+        keeper.clipped_sum(torch.ones(2, 3), torch.zeros(2, dtype=torch.long))
+
+
+def test_an_empty_batch_gives_zero_sums() -> None:
+    model = build_model("mlp", (1, 4, 4), 3, hidden=[5])
+    loss, sums = BookKeeping(model, 1.0).clipped_sum(
+        torch.zeros(0, 1, 4, 4), torch.zeros(0, dtype=torch.long)
+    )
+    assert float(loss) == 0 and all(not s.any() for s in sums)
+    assert [s.shape for s in sums] == [p.shape for p in model.parameters()]
+
+
+def test_the_noise_is_the_draws_opacus_adds() -> None:
+    from opacus.optimizers.optimizer import _generate_noise
+
+    sums = [torch.ones(3, 4), torch.ones(4)]
+    ours = add_noise(
+        [s.clone() for s in sums],
+        std=0.7,
+        expected_batch_size=5,
+        generator=torch.Generator().manual_seed(2),
+        scratch=[torch.empty(3, 4), torch.empty(4)],
+    )
+    gen = torch.Generator().manual_seed(2)
+    for got, s in zip(ours, sums, strict=True):
+        expected = (s + _generate_noise(0.7, s, gen)) / 5
+        assert torch.equal(got, expected)
