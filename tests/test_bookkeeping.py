@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import json
+import logging
+import math
 from collections.abc import Callable
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
+import clusterfed
+from clusterfed.actors import LocalTrainer
 from clusterfed.actors.bookkeeping import BookKeeping, add_noise, layer_paths
-from clusterfed.actors.privacy import private_model, quiet_opacus
-from clusterfed.models import build_model
+from clusterfed.actors.privacy import PrivateTraining, private_model, quiet_opacus
+from clusterfed.models import build_model, get_flat
+from clusterfed.models.registry import MODELS as MODELS_BY_NAME
+from clusterfed.protocol import TrainConfig
+from clusterfed.scenarios.spec import DPSpec
+from helpers import small_scenario
 
 
 class _Sequence(nn.Module):
@@ -186,3 +197,128 @@ def test_the_noise_is_the_draws_opacus_adds() -> None:
     for got, s in zip(ours, sums, strict=True):
         expected = (s + _generate_noise(0.7, s, gen)) / 5
         assert torch.equal(got, expected)
+
+
+# -- the trainer's DP round ----------------------------------------------------
+
+
+def _hooks_round(
+    trainer: LocalTrainer, weights: np.ndarray, config: TrainConfig, round: int
+) -> np.ndarray:
+    """A DP round through Opacus' make_private with per-sample hooks, on the
+    trainer's own sampling and noise streams."""
+    from torch.utils.data import DataLoader
+
+    from clusterfed.actors.trainer import DP_NOISE_KEY, DP_SAMPLING_KEY
+    from clusterfed.seeding import derive_seed
+
+    privacy = trainer.privacy
+    assert privacy is not None
+    _, _, optimizer = trainer._start_round(weights, config, ())
+    loader = DataLoader(
+        trainer._train_set,
+        batch_size=config.batch_size,
+        generator=torch.Generator().manual_seed(
+            derive_seed(trainer.seed, round, DP_SAMPLING_KEY)
+        ),
+    )
+    with quiet_opacus():
+        module, dp_optimizer, batches = privacy.engine.make_private(
+            module=trainer.model,
+            optimizer=optimizer,
+            data_loader=loader,
+            noise_multiplier=privacy.noise_multiplier,
+            max_grad_norm=privacy.max_grad_norm,
+            poisson_sampling=True,
+            noise_generator=torch.Generator().manual_seed(
+                derive_seed(trainer.seed, round, DP_NOISE_KEY)
+            ),
+            grad_sample_mode="hooks",
+        )
+        for _ in range(config.epochs):
+            for x, y in batches:
+                dp_optimizer.zero_grad(set_to_none=True)
+                nn.functional.cross_entropy(module(x), y).backward()
+                dp_optimizer.step()
+    module.to_standard_module()
+    return get_flat(trainer.model) - weights
+
+
+def _trainer(name: str, noise: float, bound: float, n: int = 40) -> LocalTrainer:
+    build, shape, classes = MODELS[name]
+    torch.manual_seed(5)
+    model = private_model(build())
+    x, y = _batch(shape, classes, n)
+    privacy = PrivateTraining(
+        epsilon=math.inf, delta=1e-5, max_grad_norm=bound, noise_multiplier=noise
+    )
+    return LocalTrainer(model, x, y, x[:4], y[:4], seed=11, privacy=privacy)
+
+
+# A bound below some samples' gradient norms and above others' (checked).
+BOUNDS = {"mlp": 2.0, "cnn grey": 2.0, "mixed": 2.0}
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.8])
+@pytest.mark.parametrize("name", sorted(BOUNDS))
+def test_a_dp_round_equals_opacus_hooks_round(name: str, noise: float) -> None:
+    config = TrainConfig(lr=0.1, momentum=0.9, batch_size=8, epochs=2)
+    ours = _trainer(name, noise, BOUNDS[name])
+    weights = get_flat(ours.model)
+    factors = []
+    original = BookKeeping.clipped_sum
+
+    def spy(self: BookKeeping, x: torch.Tensor, y: torch.Tensor) -> object:
+        out = original(self, x, y)
+        assert self.last_factors is not None
+        factors.append(self.last_factors)
+        return out
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(BookKeeping, "clipped_sum", spy)
+        result = ours.train(weights, config, round=2)
+    every = torch.cat(factors)
+    assert (every < 1).any() and (every == 1).any()  # clipping binds on a part
+    reference = _trainer(name, noise, BOUNDS[name])
+    expected = _hooks_round(reference, weights, config, round=2)
+    assert np.linalg.norm(expected) > 0
+    np.testing.assert_allclose(result.delta, expected, rtol=1e-4, atol=1e-6)
+    assert ours.privacy is not None and reference.privacy is not None
+    history = reference.privacy.engine.accountant.history
+    assert ours.privacy.engine.accountant.history == history
+    again = _trainer(name, noise, BOUNDS[name]).train(weights, config, round=2)
+    assert np.array_equal(again.delta, result.delta)  # same seed, same update
+
+
+def _group_norm_mlp(input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
+    width = int(np.prod(input_shape))
+    return nn.Sequential(
+        nn.Flatten(), nn.Linear(width, 16), nn.GroupNorm(4, 16), nn.ReLU(),
+        nn.Linear(16, n_classes),
+    )  # fmt: skip
+
+
+def test_a_run_records_and_logs_each_layers_path(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setitem(MODELS_BY_NAME, "gn_mlp", _group_norm_mlp)
+    scenario = small_scenario(
+        rounds=1, clients=2, dp=DPSpec(epsilon=10), model={"name": "gn_mlp"}
+    )
+    with caplog.at_level(logging.INFO, logger="clusterfed.actors.privacy"):
+        result = clusterfed.run(scenario, out=tmp_path, workers=1)
+    assert result.summary["failed_updates"] == 0
+    layers = json.loads((tmp_path / "config.json").read_text())["dp_layers"]
+    assert layers == [
+        {"name": "1", "kind": "Linear", "path": "book-keeping"},
+        {"name": "2", "kind": "GroupNorm", "path": "opacus"},
+        {"name": "4", "kind": "Linear", "path": "book-keeping"},
+    ]
+    assert (
+        "DP-SGD clipping per layer: 1 Linear: book-keeping, 2 GroupNorm: opacus,"
+        " 4 Linear: book-keeping" in caplog.text
+    )
+    plain = clusterfed.run(small_scenario(rounds=1, clients=2), out=tmp_path / "p")
+    assert "dp_layers" not in json.loads((plain.out / "config.json").read_text())
