@@ -123,12 +123,12 @@ class BookKeeping:
         each trainable parameter, in `model.parameters()` order.
 
         The sums are written into buffers kept from step to step (valid
-        until the next call): a fresh weight-sized tensor a step costs page
-        faults that, on a loaded machine, took longer than the arithmetic.
+        until the next call): on this machine, fresh weight-sized tensors
+        every step measured slower than the arithmetic done on them.
         """
         if self._sums is None:
             self._sums = [torch.zeros_like(p) for p in self.params]
-        out = dict(zip(self.params, self._sums, strict=True))
+        out: _Out = dict(zip(self.params, self._sums, strict=True))
         if len(y) == 0:  # an empty Poisson batch: nothing to clip
             self.last_norms = self.last_factors = torch.zeros(0, device=x.device)
             for buffer in self._sums:
@@ -182,7 +182,7 @@ class BookKeeping:
                 handle.remove()
 
 
-_Out = dict[nn.Parameter, torch.Tensor]
+_Out = dict[torch.Tensor, torch.Tensor]
 _Sum = Callable[[torch.Tensor, _Out], None]
 """Writes a layer's clipped sums, given the clipping factors, into the
 buffers of its parameters."""
@@ -232,6 +232,8 @@ def _book_keep(
 ) -> tuple[torch.Tensor, _Sum]:
     """A Linear or Conv2d layer's squared per-sample norms and its clipped
     sum, from its input `a` and output gradient `g`."""
+    if not isinstance(module, nn.Linear | nn.Conv2d):
+        raise TypeError(f"no book-keeping rule for {type(module).__name__}")
     n = len(g)
     weight, bias = module.weight, module.bias
     if isinstance(module, nn.Conv2d):
@@ -252,7 +254,7 @@ def _book_keep(
 
 
 def _linear_2d(
-    weight: nn.Parameter, bias: nn.Parameter | None, a: torch.Tensor, g: torch.Tensor
+    weight: torch.Tensor, bias: torch.Tensor | None, a: torch.Tensor, g: torch.Tensor
 ) -> tuple[torch.Tensor, _Sum]:
     g2 = g.square().sum(dim=1)
     norm2 = a.square().sum(dim=1) * g2
@@ -276,8 +278,8 @@ def ghost_norm_is_cheaper(t: int, d: int, p: int) -> bool:
 
 
 def _sequence(
-    weight: nn.Parameter,
-    bias: nn.Parameter | None,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
     a: torch.Tensor,
     g: torch.Tensor,
     ghost: bool | None = None,
