@@ -18,6 +18,7 @@ import statistics
 import time
 from collections.abc import Callable
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -67,6 +68,8 @@ def noise_draws(model: nn.Module, seed: int = 0) -> dict[str, Step]:
     n = sum(p.numel() for p in params)
     gen = torch.Generator().manual_seed(seed)
     flat = torch.empty(n)
+    rng = np.random.default_rng(seed)
+    flat_np = np.empty(n, dtype=np.float32)
     kept = [torch.empty_like(p) for p in params]
     return {
         OPACUS_NOISE: lambda: [
@@ -78,6 +81,10 @@ def noise_draws(model: nn.Module, seed: int = 0) -> dict[str, Step]:
         ],
         "randn over the flat vector": lambda: torch.randn(n, generator=gen),
         "normal_ into a kept flat buffer": lambda: flat.normal_(0, 1.0, generator=gen),
+        # numpy's ziggurat, for comparison: another stream, on CPU only.
+        "numpy PCG64 standard_normal, float32": lambda: rng.standard_normal(
+            dtype=np.float32, out=flat_np
+        ),
     }
 
 
