@@ -209,7 +209,10 @@ def _trainable_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
 
 def _book_kept(module: nn.Module) -> bool:
     """Whether book-keeping has a rule for this layer (exact types: a
-    subclass may change what its forward computes)."""
+    subclass may change what its forward computes; every weight trainable,
+    as its norms count them all)."""
+    if not all(p.requires_grad for p in module.parameters(recurse=False)):
+        return False
     if type(module) is nn.Linear:
         return True
     if type(module) is nn.Conv2d:

@@ -102,10 +102,11 @@ def _opacus_hooks(
         wrapped = GradSampleModule(model, batch_first=True, loss_reduction="sum")
         loss = nn.functional.cross_entropy(wrapped(x), y, reduction="sum")
         loss.backward()
-    samples = [p.grad_sample.detach().clone() for p in model.parameters()]
+    trained = [p for p in model.parameters() if p.requires_grad]
+    samples = [p.grad_sample.detach().clone() for p in trained]
     wrapped._close()
     model.zero_grad(set_to_none=True)
-    for p in model.parameters():
+    for p in trained:
         p.grad_sample = None
     norms = torch.stack([g.reshape(len(g), -1).norm(2, dim=1) for g in samples])
     return norms.norm(2, dim=0), samples
@@ -144,6 +145,24 @@ def test_each_layer_says_which_path_it_takes() -> None:
         "3": ("Conv2d", "opacus"),  # two groups: no book-keeping rule
         "5": ("Linear", "book-keeping"),
     }
+
+
+def test_a_layer_with_a_frozen_weight_takes_opacus_rule() -> None:
+    model = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
+    model[0].weight.requires_grad_(False)
+    assert [p.path for p in layer_paths(model)] == ["opacus", "book-keeping"]
+    x, y = torch.randn(6, 4), torch.tensor([0, 1, 0, 1, 1, 0])
+    keeper = BookKeeping(model, 1e-3)  # clips every sample
+    _, sums = keeper.clipped_sum(x, y)
+    assert len(sums) == 3  # the frozen weight has no sum
+    # Opacus' hooks on the same model skip the frozen weight too.
+    norms, samples = _opacus_hooks(model, x, y)
+    assert keeper.last_norms is not None and keeper.last_factors is not None
+    torch.testing.assert_close(keeper.last_norms, norms, rtol=1e-5, atol=1e-7)
+    factors = (1e-3 / (norms + 1e-6)).clamp(max=1.0)
+    for got, each in zip(sums, samples, strict=True):
+        expected = torch.einsum("n,n...->...", factors, each)
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-9)
 
 
 def test_a_layer_without_any_per_sample_rule_is_refused_naming_it() -> None:
