@@ -28,8 +28,10 @@ norm, say) take Opacus' own per-sample rule for that layer (its
 `GradSampleModule.GRAD_SAMPLERS`, the hooks path's) on the same captured A and
 G: their per-sample gradients are materialized, and their norms join the
 others' in one clipping factor. A module that owns parameters with no such
-rule is refused (`private_model` refuses it before a run); so is a layer
-called twice in a forward pass (its activations would need pairing).
+rule is refused (`private_model` refuses it before a run); so is, at its
+first step, a layer called twice in a forward pass (its activations would
+need pairing) or one whose output a later operation changes in place
+(`ReLU(inplace=True)`: the tensor would no longer hold the layer's output).
 
 Noise, sampling and the books stay Opacus': σ·C Gaussian noise per parameter
 in the model's order, drawn as Opacus' `_generate_noise` draws it, the sum
@@ -40,7 +42,6 @@ the norms, factors, sums and updates against Opacus' hooks path.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -50,13 +51,14 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-log = logging.getLogger(__name__)
-
 Path = Literal["book-keeping", "opacus"]
 """How a layer's per-sample norms and clipped sum are computed."""
 
 # Opacus' clipping: C / (‖g‖ + 1e-6), at most 1.
 _CLIP_EPS = 1e-6
+
+_Record = tuple[torch.Tensor, torch.Tensor, int]
+"""A layer's input (detached), its output, and the output's version."""
 
 
 @dataclass(frozen=True)
@@ -143,7 +145,16 @@ class BookKeeping:
                     f"{type(module).__name__} ran {len(seen)} times in one forward"
                     " pass; book-keeping clipping needs each layer once"
                 )
-            outputs.append(seen[0][1])
+            _, output, version = seen[0]
+            # Changed in place (ReLU(inplace=True), say), the tensor no
+            # longer holds the layer's output: its gradient would be another's.
+            if output._version != version:
+                raise RuntimeError(
+                    f"the output of {type(module).__name__} was changed in place"
+                    " later in the forward pass; book-keeping clipping needs it"
+                    " as the layer returned it (use inplace=False)"
+                )
+            outputs.append(output)
         # Only the output gradients: autograd skips the weights' gradients.
         grads = torch.autograd.grad(losses.sum(), outputs)
         squared = []
@@ -166,11 +177,10 @@ class BookKeeping:
     @contextmanager
     def _captured(
         self,
-    ) -> Iterator[list[list[tuple[torch.Tensor, torch.Tensor]]]]:
-        """Each layer's (input, output) of the forward passes run inside."""
-        records: list[list[tuple[torch.Tensor, torch.Tensor]]] = [
-            [] for _ in self._layers
-        ]
+    ) -> Iterator[list[list[_Record]]]:
+        """Each layer's (input, output, output's version) of the forward
+        passes run inside."""
+        records: list[list[_Record]] = [[] for _ in self._layers]
         handles = [
             module.register_forward_hook(_recorder(seen))
             for (module, _), seen in zip(self._layers, records, strict=True)
@@ -189,12 +199,12 @@ buffers of its parameters."""
 
 
 def _recorder(
-    seen: list[tuple[torch.Tensor, torch.Tensor]],
+    seen: list[_Record],
 ) -> Callable[[nn.Module, tuple[torch.Tensor, ...], torch.Tensor], None]:
     def hook(
         module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor
     ) -> None:
-        seen.append((inputs[0].detach(), output))
+        seen.append((inputs[0].detach(), output, output._version))
 
     return hook
 

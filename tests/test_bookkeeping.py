@@ -192,6 +192,14 @@ def test_a_layer_run_twice_in_one_pass_is_refused() -> None:
         keeper.clipped_sum(torch.ones(2, 3), torch.zeros(2, dtype=torch.long))
 
 
+def test_an_output_changed_in_place_is_refused() -> None:
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(inplace=True), nn.Linear(4, 2))
+    keeper = BookKeeping(model, 1.0)
+    with pytest.raises(RuntimeError, match="output of Linear was changed in place"):
+        keeper.clipped_sum(torch.ones(2, 3), torch.zeros(2, dtype=torch.long))
+    assert not any(m._forward_hooks for m in model.modules())
+
+
 def test_an_empty_batch_gives_zero_sums() -> None:
     model = build_model("mlp", (1, 4, 4), 3, hidden=[5])
     loss, sums = BookKeeping(model, 1.0).clipped_sum(
