@@ -1,7 +1,7 @@
 """DP-SGD for a cohort: each client's private training, stacked.
 
 The private counterpart of `cohort.train_cohort`, for clients with local DP
-(`LocalTrainer._train_private` trains one of them through Opacus). Per
+(`LocalTrainer._train_private` trains one of them). Per
 client, as Opacus does it there:
 
 - Poisson sampling: each step draws `rand(n) < q` from the client's sampling
@@ -19,10 +19,11 @@ client, as Opacus does it there:
   the client's own accountant (Opacus' optimizer hook), so the books and the
   ε reported are Opacus'.
 
-What differs from the one-at-a-time path is the rounding: Opacus' fast
-gradient clipping sums the clipped gradients through a second backward pass,
-this module sums the per-sample gradients it computed, sample by sample, in
-exactly rounded element-wise operations. With σ = 0 the deltas agree with
+What differs from the one-at-a-time path is the rounding: book-keeping
+(`bookkeeping.py`) sums the clipped gradients as one product per layer of
+its inputs and clipped output gradients, this module sums the per-sample
+gradients it computed, sample by sample, in exactly rounded element-wise
+operations. With σ = 0 the deltas agree with
 Opacus' to float32 rounding (tests/test_cohort_dp.py); with noise they agree
 as closely, since the noise is the same draws. A Poisson batch is padded
 to the largest of the step's cohort with samples of weight 0, which add

@@ -7,8 +7,9 @@ every round the client takes part in spends from one ε) or each round alone
 (horizon "round": one round's local training spends at most ε; the books
 still count every step, so the ε reported is the total spent). The helpers
 plan the noise (Opacus' `get_noise_multiplier`), read the books (Opacus'
-accountants) and check a model (Opacus' `ModuleValidator`). Nothing here
-clips, noises or accounts by hand.
+accountants) and check a model (Opacus' `ModuleValidator`, then the
+clipping path of each layer, `bookkeeping.py`). Nothing here clips, noises
+or accounts by hand.
 
 Opacus is imported where it is used: it adds more than a second to start-up,
 which runs without DP should not pay.
@@ -16,6 +17,7 @@ which runs without DP should not pay.
 
 from __future__ import annotations
 
+import logging
 import math
 import warnings
 from collections.abc import Iterator
@@ -29,8 +31,12 @@ from torch import nn
 from clusterfed.models import n_parameters
 from clusterfed.protocol import ClusterfedError
 
+from .bookkeeping import describe, layer_paths
+
 if TYPE_CHECKING:
     from opacus import PrivacyEngine
+
+log = logging.getLogger(__name__)
 
 ACCOUNTANTS = ("rdp", "prv", "gdp")
 
@@ -295,4 +301,6 @@ def private_model(model: nn.Module) -> nn.Module:
             f"Opacus' fix changes its weights from {n_parameters(model)}"
             f" to {n_parameters(fixed)}"
         )
+    # The clipping path of each layer (refuses a layer without a rule).
+    log.info("DP-SGD clipping per layer: %s", describe(layer_paths(fixed)))
     return fixed

@@ -6,8 +6,9 @@ is derived from the client's seed and the round, so a result never depends on
 which thread, process or Ray actor ran it.
 
 With local differential privacy the trainer holds a `PrivateTraining`
-(`privacy.py`) and trains with Opacus' DP-SGD: Poisson sampling, per-sample
-clipping, Gaussian noise, every step counted by the client's accountant. The
+(`privacy.py`) and trains with DP-SGD: Opacus' Poisson sampling, per-sample
+clipping in one backward pass (`bookkeeping.py`), Gaussian noise drawn as
+Opacus draws it, every step counted by the client's Opacus accountant. The
 sampling and noise streams derive from the seed and the round too, so a
 private run is as reproducible as any other.
 """
@@ -28,7 +29,8 @@ from clusterfed.models import get_flat, set_flat
 from clusterfed.protocol import TrainConfig
 from clusterfed.seeding import derive_seed
 
-from .privacy import PrivateTraining, poisson_steps, quiet_opacus
+from .bookkeeping import BookKeeping, add_noise
+from .privacy import PrivateTraining, poisson_steps
 from .rows import Pairs, Rows
 
 PROBE_KEY = 1  # keeps the probe's mini-batch stream apart from training's
@@ -247,22 +249,19 @@ class LocalTrainer:
         privacy: PrivateTraining,
         anchors: Sequence[Anchor] = (),
     ) -> TrainResult:
-        """DP-SGD through Opacus: Poisson batches, clipped per-sample
-        gradients, Gaussian noise, every step counted by the accountant.
+        """DP-SGD: Opacus' Poisson batches, clipped per-sample gradients,
+        Gaussian noise, every step counted by Opacus' accountant.
 
-        Clipping is Opacus' fast gradient clipping ("ghost" mode): each
-        sample's gradient norm comes from its layer inputs and output
-        gradients, and a second backward pass of the loss reweighted by the
-        clipping factors gives the clipped sum, so per-sample gradients are
-        never materialized (2–4× faster than Opacus' hooks on our MLPs: see
-        bench/RESULTS.md). The maths, the noise and the accounting are those of
-        the hooks path.
-
-        The model is wrapped for the round only and unwrapped after it: the
-        wrapper shares the model's parameters, so the delta is read from the
-        model itself in its usual flat layout, and no hook is left behind for
-        evaluation or the identity probes.
+        Clipping is book-keeping (`bookkeeping.py`): each sample's gradient
+        norm and the clipped sum come from each layer's inputs and output
+        gradients of one backward pass, so per-sample gradients are never
+        materialized and no second pass is taken (Opacus' fast gradient
+        clipping takes two). The noise is drawn as Opacus draws it, from the
+        client's stream; the sampling is Opacus' `DPDataLoader`, the
+        accountant steps as Opacus' optimizer hook steps it.
         """
+        from opacus.data_loader import DPDataLoader
+
         self.check_budget(config)
         params, pulls, optimizer = self._start_round(weights, config, anchors)
         loader = DataLoader(
@@ -272,43 +271,41 @@ class LocalTrainer:
                 derive_seed(self.seed, round, DP_SAMPLING_KEY)
             ),
         )
-        # Opacus draws the noise on the gradients' device, with this stream.
+        batches = DPDataLoader.from_data_loader(loader)
+        # As `PrivacyEngine.make_private` derives them from the loader.
+        rate = 1 / len(loader)
+        expected = int(len(self._train_set) * rate)
         noise = torch.Generator(self.device).manual_seed(
             derive_seed(self.seed, round, DP_NOISE_KEY)
         )
-        with quiet_opacus():
-            module, dp_optimizer, criterion, batches = privacy.engine.make_private(
-                module=self.model,
-                optimizer=optimizer,
-                criterion=nn.CrossEntropyLoss(),
-                data_loader=loader,
-                noise_multiplier=privacy.noise_multiplier,
-                max_grad_norm=privacy.max_grad_norm,
-                poisson_sampling=True,
-                noise_generator=noise,
-                grad_sample_mode="ghost",
-            )
+        keeper = BookKeeping(self.model, privacy.max_grad_norm)
+        std = privacy.noise_multiplier * privacy.max_grad_norm
+        scratch = [torch.empty_like(p) for p in keeper.params]
         total_loss, seen = 0.0, 0
-        try:
-            with quiet_opacus():
-                for _ in range(config.epochs):
-                    for x, y in batches:
-                        # An empty Poisson batch is built on CPU.
-                        x, y = x.to(self.device), y.to(self.device)
-                        dp_optimizer.zero_grad(set_to_none=True)
-                        loss = criterion(module(x), y)
-                        if len(y):  # a Poisson batch may be empty: noise only
-                            total_loss += loss.item() * len(y)
-                            seen += len(y)
-                        loss.backward()
-                        # Clip, add noise, count the step; then the proximal
-                        # term, which reads no data, joins the noisy gradient.
-                        if dp_optimizer.pre_step():
-                            for anchor, coefficient in pulls:
-                                _add_proximal_gradient(params, anchor, coefficient)
-                            dp_optimizer.original_optimizer.step()
-        finally:
-            module.to_standard_module()  # removes the hooks, keeps the weights
+        for _ in range(config.epochs):
+            for x, y in batches:
+                # An empty Poisson batch is built on CPU: noise only.
+                x, y = x.to(self.device), y.to(self.device)
+                loss, sums = keeper.clipped_sum(x, y)
+                if len(y):
+                    total_loss += loss.item()
+                    seen += len(y)
+                grads = add_noise(
+                    sums,
+                    std=std,
+                    expected_batch_size=expected,
+                    generator=noise,
+                    scratch=scratch,
+                )
+                for param, grad in zip(keeper.params, grads, strict=True):
+                    param.grad = grad
+                privacy.engine.accountant.step(
+                    noise_multiplier=privacy.noise_multiplier, sample_rate=rate
+                )
+                # The proximal term reads no data: it joins the noisy gradient.
+                for anchor, coefficient in pulls:
+                    _add_proximal_gradient(params, anchor, coefficient)
+                optimizer.step()
         delta = get_flat(self.model) - weights
         # Every batch empty (a tiny client, bad luck): report the received
         # model's training loss, as there is no batch loss to average.

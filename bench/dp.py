@@ -1,10 +1,11 @@
-"""What local DP costs: time per round of a scenario with DP against the same
-run without it, in one process, and one client's DP round through Opacus'
-fast gradient clipping (what clusterfed does) against Opacus' per-sample
-hooks (what it did before).
+"""What local DP costs, in one run: one DP-SGD step of the Fashion-MNIST MLP
+at batch 16 against a plain step plus its noise draw (bench/dp_steps.py),
+time per round of a scenario with DP against the same run without it, and
+one client's DP round through book-keeping (what clusterfed does), Opacus'
+fast gradient clipping and Opacus' per-sample hooks (what it did before).
 
     python bench/dp.py                                            # digits
-    python bench/dp.py --rounds 3 --set dataset.name=fashion_mnist --set train.epochs=1
+    python bench/dp.py --scenario dcfl-fmnist --rounds 4 --set train.epochs=1
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from resource import RUSAGE_CHILDREN, RUSAGE_SELF, getrusage
 
 import numpy as np
 import torch
-from torch.nn import functional as F
+from dp_steps import OPACUS_NOISE, report, step_costs
 from torch.utils.data import DataLoader
 
 import clusterfed
@@ -31,6 +33,12 @@ from clusterfed.scenarios import load_scenario, plan_run, with_overrides
 from clusterfed.seeding import derive_seed
 
 
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process and its finished workers."""
+    own, workers = (getrusage(w) for w in (RUSAGE_SELF, RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + workers.ru_utime + workers.ru_stime
+
+
 def per_round(out: Path) -> list[float]:
     """Wall seconds of each round after the first (which also starts workers)."""
     lines = (out / "rounds.jsonl").read_text().splitlines()
@@ -38,13 +46,19 @@ def per_round(out: Path) -> list[float]:
     return [b - a for a, b in zip(walls, walls[1:], strict=False)]
 
 
-def hooks_round(
-    trainer: LocalTrainer, weights: np.ndarray, config: TrainConfig, round: int
+def opacus_round(
+    trainer: LocalTrainer,
+    weights: np.ndarray,
+    config: TrainConfig,
+    round: int,
+    mode: str = "hooks",
 ) -> None:
-    """One DP round through Opacus' default per-sample hooks."""
+    """One DP round through Opacus' make_private, `grad_sample_mode` =
+    `mode` ("hooks": per-sample gradients; "ghost": fast gradient
+    clipping)."""
     privacy = trainer.privacy
     assert privacy is not None
-    _, _, optimizer = trainer._start_round(weights, config)
+    _, _, optimizer = trainer._start_round(weights, config, ())
     seed = derive_seed(trainer.seed, round, DP_SAMPLING_KEY)
     loader = DataLoader(
         trainer._train_set,
@@ -55,19 +69,27 @@ def hooks_round(
         derive_seed(trainer.seed, round, DP_NOISE_KEY)
     )
     with quiet_opacus():
-        module, dp_optimizer, batches = privacy.engine.make_private(
+        made = privacy.engine.make_private(
             module=trainer.model,
             optimizer=optimizer,
+            criterion=torch.nn.CrossEntropyLoss(),
             data_loader=loader,
             noise_multiplier=privacy.noise_multiplier,
             max_grad_norm=privacy.max_grad_norm,
             poisson_sampling=True,
             noise_generator=noise,
+            grad_sample_mode=mode,
         )
+        # The ghost mode also returns its two-pass loss.
+        if mode == "ghost":
+            module, dp_optimizer, criterion, batches = made
+        else:
+            module, dp_optimizer, batches = made
+            criterion = torch.nn.CrossEntropyLoss()
         for _ in range(config.epochs):
             for x, y in batches:
                 dp_optimizer.zero_grad(set_to_none=True)
-                F.cross_entropy(module(x), y).backward()
+                criterion(module(x), y).backward()
                 dp_optimizer.step()
     module.to_standard_module()
     get_flat(trainer.model)
@@ -76,43 +98,94 @@ def hooks_round(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", default="dcfl-dynamic")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="at least 2")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--repeats", type=int, default=300, help="steps timed")
+    parser.add_argument(
+        "--only",
+        choices=("steps", "rounds", "client"),
+        help="one part of the three",
+    )
     args = parser.parse_args()
+    if args.only in (None, "steps"):
+        steps_part(args.repeats)
+    if args.only in (None, "rounds"):
+        rounds_part(args.scenario, args.rounds, args.overrides)
+    if args.only in (None, "client"):
+        client_rounds(args.scenario, args.overrides)
+
+
+def steps_part(repeats: int) -> None:
+    """A DP-SGD step against a plain step plus its noise draw (dp_steps)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as a worker process trains
+    steps = step_costs(16, repeats)
+    report(steps, 16)
+    plain, noise = steps["plain SGD"], steps[OPACUS_NOISE]
+    ours = steps["book-keeping (clusterfed)"]
+    print(
+        f"DP step / (plain step + noise draw), batch 16: {ours / (plain + noise):.2f}"
+        f" (book-keeping; Opacus fast gradient clipping:"
+        f" {steps['Opacus fast gradient clipping (ghost)'] / (plain + noise):.2f})"
+    )
+    torch.set_num_threads(threads)
+
+
+def rounds_part(scenario: str, rounds: int, overrides: list[str]) -> None:
+    """A round of `scenario` with DP against one without, wall and CPU."""
     with tempfile.TemporaryDirectory() as tmp:
-        times = {}
+        times, cpu = {}, {}
         for label, extra in (("with DP", []), ("without DP", ["dp=off"])):
-            out = Path(tmp) / label.replace(" ", "-")
-            clusterfed.run(
-                args.scenario,
-                out=out,
-                rounds=args.rounds,
-                overrides=[*args.overrides, *extra],
-            )
+            # CPU seconds of the rounds after the first: a run of all the
+            # rounds less a run of one (this process and its workers).
+            spent = []
+            for n in (1, rounds):
+                out = Path(tmp) / f"{label.replace(' ', '-')}-{n}"
+                before = cpu_seconds()
+                clusterfed.run(
+                    scenario, out=out, rounds=n, overrides=[*overrides, *extra]
+                )
+                spent.append(cpu_seconds() - before)
             times[label] = per_round(out)
+            cpu[label] = (spent[1] - spent[0]) / (rounds - 1)
     for label, walls in times.items():
         shown = ", ".join(f"{w:.2f}" for w in walls)
-        print(f"{label:<11} s/round: {shown}  median {statistics.median(walls):.2f}")
+        print(
+            f"{label:<11} wall s/round: {shown}  median"
+            f" {statistics.median(walls):.2f}; CPU s/round {cpu[label]:.2f}"
+        )
     ratio = statistics.median(times["with DP"]) / statistics.median(times["without DP"])
-    print(f"with/without DP (medians): {ratio:.2f}")
+    print(
+        f"{scenario} round with/without DP, rounds 2+: wall (medians)"
+        f" {ratio:.2f}, CPU {cpu['with DP'] / cpu['without DP']:.2f}"
+    )
 
+
+def client_rounds(name: str, overrides: list[str]) -> None:
+    """One client's DP round by each clipping path, medians of 3."""
     torch.set_num_threads(1)
-    scenario = with_overrides(load_scenario(args.scenario), args.overrides)
+    scenario = with_overrides(load_scenario(name), overrides)
     plan = plan_run(scenario)
     config = plan.train_config
-    for name, run in (
-        ("fast gradient clipping", lambda t: t.train(plan.initial, config, 1)),
-        ("Opacus hooks", lambda t: hooks_round(t, plan.initial, config, 1)),
+    for label, run in (
+        ("book-keeping (clusterfed)", lambda t: t.train(plan.initial, config, 1)),
+        (
+            "Opacus fast gradient clipping",
+            lambda t: opacus_round(t, plan.initial, config, 1, "ghost"),
+        ),
+        ("Opacus hooks", lambda t: opacus_round(t, plan.initial, config, 1)),
     ):
-        walls = []
+        walls, cpus = [], []
         for _ in range(3):
             trainer = Client(plan.clients[0]).trainer
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.thread_time()
             run(trainer)
             walls.append(time.perf_counter() - start)
+            cpus.append(time.thread_time() - cpu)
         print(
-            f"client 0 ({plan.clients[0].id}, {len(plan.clients[0].train)} samples),"
-            f" one DP round, {name}: median {statistics.median(walls):.3f} s"
+            f"client 0 ({len(plan.clients[0].train)} samples), one DP round,"
+            f" {label}: median {statistics.median(walls):.3f} s wall,"
+            f" {statistics.median(cpus):.3f} s CPU"
         )
 
 

@@ -111,6 +111,8 @@ class Federation:
                 scenario.algorithm, self.plan.strategy, self.plan.train_config
             ),
         )
+        if self.plan.dp_layers is not None:  # which clipping each layer takes
+            self.config.setdefault("dp_layers", self.plan.dp_layers)
         self.clock = self.plan.clock(
             schedule(scenario.availability, scenario.seed, AVAILABILITY_STREAM)
         )

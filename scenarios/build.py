@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import uuid
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from clusterfed.actors import ClientSpec, DeviceProfile, SimClock
 from clusterfed.actors.availability import Schedule
+from clusterfed.actors.bookkeeping import layer_paths
 from clusterfed.actors.client_dp import ClientDPPlan
 from clusterfed.actors.faults import FaultyClientSpec
 from clusterfed.actors.privacy import (
@@ -100,6 +101,9 @@ class RunPlan:
     train_config: TrainConfig
     # Client-level DP's plan (`dp.mechanism = "client"`); None otherwise.
     client_dp: ClientDPPlan | None = None
+    # Local DP's clipping path of each trainable layer (`bookkeeping.py`),
+    # as config.json records it; None without it.
+    dp_layers: list[dict[str, str]] | None = None
     reserved: dict[int, deque[Reserved]] = field(default_factory=dict)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
@@ -259,6 +263,7 @@ def plan_run(scenario: Scenario) -> RunPlan:
         raise
     except ClusterfedError as exc:
         raise ScenarioError(f"scenario {scenario.name!r}: {exc}") from exc
+    dp_layers = None
     if scenario.dp is not None and scenario.dp.mechanism == "sample":
         # Refused here, before anything runs; the clients apply the same fix.
         try:
@@ -267,6 +272,7 @@ def plan_run(scenario: Scenario) -> RunPlan:
             raise ScenarioError(
                 f"model: {scenario.model.name!r} cannot be trained with dp: {exc}"
             ) from exc
+        dp_layers = [asdict(p) for p in layer_paths(nets[0])]
     models = [get_flat(net) for net in nets]
     transforms = GroupTransforms(
         scenario.transform,
@@ -291,6 +297,7 @@ def plan_run(scenario: Scenario) -> RunPlan:
             scenario.rounds,
             scenario.seed,
         ),
+        dp_layers=dp_layers,
     )
     for client_id, part in enumerate(initial):
         group = partition.groups[part]

@@ -325,7 +325,7 @@ def _hooks_reference(
 ) -> np.ndarray:
     """The same DP round through Opacus' default per-sample hooks (with the
     trainer's own sampling and noise streams): the path clusterfed used before
-    fast gradient clipping, kept here as the reference."""
+    fast gradient clipping and book-keeping, kept here as the reference."""
     from torch.utils.data import DataLoader
 
     from clusterfed.actors.privacy import quiet_opacus
@@ -364,7 +364,7 @@ def _hooks_reference(
 
 
 @pytest.mark.parametrize("noise", [0.0, 1.1])
-def test_fast_gradient_clipping_equals_opacus_hooks(noise: float) -> None:
+def test_one_backward_clipping_equals_opacus_hooks(noise: float) -> None:
     # Clipping at 0.05 binds for every sample of this model and data.
     config = TrainConfig(lr=0.3, momentum=0.9, batch_size=8, epochs=2)
 
