@@ -107,6 +107,11 @@ class RayClientHost:
     def pid(self) -> int:
         return os.getpid()
 
+    def node(self) -> str:
+        """The Ray node this host runs on (where SPREAD placed it)."""
+        node: str = ray.get_runtime_context().get_node_id()
+        return node
+
 
 class RayRuntime:
     """Hosts clients in Ray host actors.
