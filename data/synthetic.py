@@ -47,18 +47,27 @@ COUNT_MEAN, COUNT_SIGMA, COUNT_MIN = 4.0, 2.0, 50
 # to ask for without generating anything), and its model and data.
 _COUNT, _DATA = 0, 1
 
-_NAME = re.compile(r"synthetic(?:_(?P<alpha>[0-9.]+)_(?P<beta>[0-9.]+))?")
+_NAME = re.compile(r"synthetic(?:_(?P<iid>iid)|_(?P<alpha>[0-9.]+)_(?P<beta>[0-9.]+))?")
+# Client ids stay below this (a population's `registered` is bounded by it);
+# the iid variant's shared model comes from the stream of this "client",
+# which no client's own streams can reach.
+MAX_CLIENTS = 1_000_000_000
+_SHARED = MAX_CLIENTS
 
 
 @dataclass(frozen=True)
 class SyntheticParams:
     """Synthetic(α, β): `alpha` spreads the clients' models, `beta` their
     features (both standard deviations, ≥ 0); `max_samples` caps a client's
-    sample count (None: the authors' uncapped counts)."""
+    sample count (None: the authors' uncapped counts). `iid`: the authors'
+    synthetic_iid, where every client labels with one shared model (W, b
+    drawn once, N(0, 1)) and its features are N(B_k·1, Σ), B_k ~ N(0, β)
+    (α unused; their synthetic_iid has β = 0)."""
 
     alpha: float = 1.0
     beta: float = 1.0
     max_samples: int | None = None
+    iid: bool = False
 
     def __post_init__(self) -> None:
         for name in ("alpha", "beta"):
@@ -84,9 +93,11 @@ def parse_name(name: str) -> SyntheticParams | None:
     found = _NAME.fullmatch(name)
     if found is None:
         raise ConfigError(
-            f"dataset {name!r}: a synthetic dataset is named synthetic or"
-            " synthetic_<alpha>_<beta> (e.g. synthetic_0.5_0.5)"
+            f"dataset {name!r}: a synthetic dataset is named synthetic,"
+            " synthetic_<alpha>_<beta> (e.g. synthetic_0.5_0.5) or synthetic_iid"
         )
+    if found["iid"] is not None:
+        return SyntheticParams(0.0, 0.0, iid=True)
     if found["alpha"] is None:
         return SyntheticParams()
     try:
@@ -133,12 +144,18 @@ def generate(
         n = sample_count(seed, client, params)
     elif n < 1:
         raise ConfigError(f"synthetic: client {client} needs >= 1 sample, got {n}")
+    if client >= MAX_CLIENTS:
+        raise ConfigError(f"synthetic: client {client} is not below {MAX_CLIENTS}")
     rng = numpy_rng(seed, client, _DATA)
-    u = rng.normal(0.0, params.alpha)
-    big_b = rng.normal(0.0, params.beta)
-    weights = rng.normal(u, 1.0, (N_FEATURES, N_CLASSES))
-    bias = rng.normal(u, 1.0, N_CLASSES)
-    mean = rng.normal(big_b, 1.0, N_FEATURES)
+    if params.iid:
+        weights, bias = shared_model(seed)
+        mean = np.full(N_FEATURES, rng.normal(0.0, params.beta))
+    else:
+        u = rng.normal(0.0, params.alpha)
+        big_b = rng.normal(0.0, params.beta)
+        weights = rng.normal(u, 1.0, (N_FEATURES, N_CLASSES))
+        bias = rng.normal(u, 1.0, N_CLASSES)
+        mean = rng.normal(big_b, 1.0, N_FEATURES)
     # Σ is diagonal: x = v + sqrt(Σ)·z, one standard normal z per feature.
     z = rng.standard_normal((n, N_FEATURES))
     x = (mean + np.sqrt(feature_variances()) * z).astype(np.float32)
@@ -147,6 +164,17 @@ def generate(
     # argmax is the logits' argmax.
     y = np.argmax(x.astype(np.float64) @ weights + bias, axis=1).astype(np.int64)
     return SyntheticClient(x, y, weights, bias, mean)
+
+
+@lru_cache(maxsize=4)
+def shared_model(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """synthetic_iid's one model (W, b), every entry N(0, 1), from the seed."""
+    rng = numpy_rng(seed, _SHARED, _DATA)
+    weights = rng.normal(0.0, 1.0, (N_FEATURES, N_CLASSES))
+    weights.setflags(write=False)
+    bias = rng.normal(0.0, 1.0, N_CLASSES)
+    bias.setflags(write=False)
+    return weights, bias
 
 
 # Clients of a round whose rows this process keeps, newest first: a host

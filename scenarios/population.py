@@ -27,6 +27,7 @@ so a client's group is known without dealing anyone else.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -37,7 +38,11 @@ from pydantic import Field, model_validator
 from clusterfed.actors import ClientSpec, SimClock
 from clusterfed.actors.availability import Always, Schedule, TraceAvailability
 from clusterfed.actors.sampling import round_size, sample_online, sample_uniform
-from clusterfed.data.synthetic import COUNT_MIN, SyntheticParams, parse_name
+from clusterfed.data.synthetic import (
+    COUNT_MIN,
+    MAX_CLIENTS,
+    parse_name,
+)
 from clusterfed.data.synthetic import sample_count as synthetic_count
 from clusterfed.errors import ConfigError
 from clusterfed.seeding import derive_seed, numpy_rng
@@ -68,7 +73,7 @@ class Members(Protocol):
 class PopulationSpec(_Spec):
     """`registered` clients, `per_round` (K) or `fraction` of them a round."""
 
-    registered: int = Field(ge=1, description="clients registered (N)")
+    registered: int = Field(ge=1, le=MAX_CLIENTS, description="clients registered (N)")
     per_round: int | None = Field(None, ge=1, description="K sampled a round")
     fraction: float | None = Field(None, gt=0, le=1, description="or K = fraction·N")
     max_samples: int | None = Field(
@@ -176,7 +181,7 @@ class Population:
         assert params is not None  # check_population refused other datasets
         self.plan = plan
         self.spec = spec
-        self.params = SyntheticParams(params.alpha, params.beta, spec.max_samples)
+        self.params = dataclasses.replace(params, max_samples=spec.max_samples)
         self.n, self.k = spec.registered, spec.k
         self.cluster = np.full(self.n, -1, dtype=np.int16)
         self.last_round = np.full(self.n, -1, dtype=np.int32)

@@ -166,10 +166,12 @@ def test_the_cross_device_scenarios_are_what_their_descriptions_say() -> None:
         assert scenario.population is not None
         assert scenario.population.registered == 1_000_000
         assert scenario.population.k == 1_000
-        assert scenario.dataset.name == "synthetic_1_1"
         assert scenario.availability.kind == "diurnal"
         assert scenario.rounds == 20
         assert "1 local epoch" in plain.description
+    assert plain.dataset.name == "synthetic_1_1"
+    # One shared model, so that a label permutation makes a concept.
+    assert clustered.dataset.name == "synthetic_iid"
     assert plain.algorithm == "fedavg"
     assert clustered.algorithm == "ifca"
     assert clustered.params_of("ifca") == {"clusters": 4}

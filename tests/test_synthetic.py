@@ -13,6 +13,7 @@ from scipy.stats import norm
 
 from clusterfed.data.synthetic import (
     COUNT_MIN,
+    MAX_CLIENTS,
     N_CLASSES,
     N_FEATURES,
     SyntheticParams,
@@ -126,3 +127,22 @@ def test_a_capped_client_holds_a_prefix_of_its_rows() -> None:
     np.testing.assert_array_equal(first.y, full.y[:10])
     with pytest.raises(ConfigError, match="needs >= 1 sample"):
         generate(2, 17, ONE_ONE, n=0)
+
+
+def test_synthetic_iid_labels_every_client_with_one_shared_model() -> None:
+    params = parse_name("synthetic_iid")
+    assert params == SyntheticParams(0.0, 0.0, iid=True)
+    a, b = generate(3, 17, params, 400), generate(3, 900_000, params, 400)
+    assert np.array_equal(a.weights, b.weights) and np.array_equal(a.bias, b.bias)
+    assert not np.array_equal(a.weights, generate(4, 17, params, 10).weights)
+    # β = 0: features centred at 0, each with variance j^-1.2.
+    assert np.array_equal(a.feature_mean, np.zeros(60))
+    np.testing.assert_allclose(
+        generate(3, 5, params, 20_000).x.var(axis=0), feature_variances(), rtol=0.1
+    )
+    logits = a.x.astype(np.float64) @ a.weights + a.bias
+    assert np.array_equal(a.y, np.argmax(softmax(logits, axis=1), axis=1))
+    # The shared model's stream is no client's: client 0's own draws differ.
+    assert not np.array_equal(a.x, generate(3, 0, params, 400).x)
+    with pytest.raises(ConfigError, match="not below"):
+        generate(3, MAX_CLIENTS, params, 1)
