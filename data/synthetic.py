@@ -43,9 +43,12 @@ N_FEATURES = 60
 N_CLASSES = 10
 # The authors' sample counts: int(lognormal(mean 4, sigma 2)) + 50.
 COUNT_MEAN, COUNT_SIGMA, COUNT_MIN = 4.0, 2.0, 50
-# Each client's two streams under the seed: its sample count alone (cheap
-# to ask for without generating anything), and its model and data.
-_COUNT, _DATA = 0, 1
+# The dataset's streams live under a key of their own (the scenario's other
+# streams are (seed, 1..9, ...)); each client has two: its sample count
+# alone (cheap to ask for without generating anything), and its model and
+# data. No path ends in 0: SeedSequence reads (a, b, 0) as (a, b).
+SYNTHETIC_STREAM = 10
+_COUNT, _DATA = 1, 2
 
 _NAME = re.compile(r"synthetic(?:_(?P<iid>iid)|_(?P<alpha>[0-9.]+)_(?P<beta>[0-9.]+))?")
 # Client ids stay below this (a population's `registered` is bounded by it);
@@ -124,7 +127,7 @@ def feature_variances() -> np.ndarray:
 
 def sample_count(seed: int, client: int, params: SyntheticParams) -> int:
     """How many samples client `client` holds; draws nothing else."""
-    rng = numpy_rng(seed, client, _COUNT)
+    rng = numpy_rng(seed, SYNTHETIC_STREAM, client, _COUNT)
     n = int(rng.lognormal(COUNT_MEAN, COUNT_SIGMA)) + COUNT_MIN
     return n if params.max_samples is None else min(n, params.max_samples)
 
@@ -146,7 +149,7 @@ def generate(
         raise ConfigError(f"synthetic: client {client} needs >= 1 sample, got {n}")
     if client >= MAX_CLIENTS:
         raise ConfigError(f"synthetic: client {client} is not below {MAX_CLIENTS}")
-    rng = numpy_rng(seed, client, _DATA)
+    rng = numpy_rng(seed, SYNTHETIC_STREAM, client, _DATA)
     if params.iid:
         weights, bias = shared_model(seed)
         mean = np.full(N_FEATURES, rng.normal(0.0, params.beta))
@@ -169,7 +172,7 @@ def generate(
 @lru_cache(maxsize=4)
 def shared_model(seed: int) -> tuple[np.ndarray, np.ndarray]:
     """synthetic_iid's one model (W, b), every entry N(0, 1), from the seed."""
-    rng = numpy_rng(seed, _SHARED, _DATA)
+    rng = numpy_rng(seed, SYNTHETIC_STREAM, _SHARED, _DATA)
     weights = rng.normal(0.0, 1.0, (N_FEATURES, N_CLASSES))
     weights.setflags(write=False)
     bias = rng.normal(0.0, 1.0, N_CLASSES)

@@ -23,6 +23,7 @@ from clusterfed.data.synthetic import (
     sample_count,
 )
 from clusterfed.errors import ConfigError
+from clusterfed.seeding import numpy_rng
 
 ONE_ONE = SyntheticParams(1.0, 1.0)
 
@@ -146,3 +147,16 @@ def test_synthetic_iid_labels_every_client_with_one_shared_model() -> None:
     assert not np.array_equal(a.x, generate(3, 0, params, 400).x)
     with pytest.raises(ConfigError, match="not below"):
         generate(3, MAX_CLIENTS, params, 1)
+
+
+def test_a_client_s_data_comes_from_no_other_stream_of_the_scenario() -> None:
+    # The scenario's own streams are (seed, 1..9, ...): CLIENT_STREAM's for
+    # client 1 is (seed, 4, 1), which client 4 of the dataset once drew from.
+    from clusterfed.scenarios.build import CLIENT_STREAM
+
+    other = numpy_rng(7, CLIENT_STREAM, 1)
+    u = other.normal(0.0, 1.0)
+    other.normal(0.0, 1.0)
+    weights = other.normal(u, 1.0, (N_FEATURES, N_CLASSES))
+    mine = generate(7, CLIENT_STREAM, SyntheticParams(1.0, 1.0), 5).weights
+    assert not np.allclose(mine, weights)
