@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import benchmark  # noqa: E402
 from benchmark import page  # noqa: E402
-from reproduce.runner import make_outcome  # noqa: E402
+from reproduce.runner import HOLD_OUT, make_outcome  # noqa: E402
 
 
 def test_every_setting_is_a_built_in_scenario_with_the_same_budget() -> None:
@@ -134,3 +134,12 @@ def test_the_page_names_the_missing_algorithms(tmp_path: Path) -> None:
     # a beats b by 0.2 in both seeds: its final accuracy is the marked best
     assert "| a | **0.750 ± 0.635** |" in text and "| b | 0.550 ± 0.635 |" in text
     assert (tmp_path / "benchmark-rotations.png").stat().st_size > 0
+    assert "Not on test sets" not in text
+
+
+def test_the_page_names_settings_recorded_on_the_hold_out(tmp_path: Path) -> None:
+    made = outcome({"a": [0.8]}, {"a": [1.0]})
+    made.accuracy = HOLD_OUT  # a record from before clients had test sets
+    target = tmp_path / "BENCHMARK.md"
+    page.write_page([made], "cmd", target, (), tmp_path, False, tmp_path)
+    assert "**Not on test sets:** rotations scored" in target.read_text()

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reproduce.runner import ROOT, Outcome
+from reproduce.runner import ROOT, TEST_SETS, Outcome
 
 from clusterfed.scenarios import load_scenario
 from clusterfed.scenarios.benchmark import SETTINGS
@@ -164,6 +164,13 @@ def write_page(
         + (" (--quick: a smoke test, not a result)." if quick else "."),
         "",
     ]
+    held_out = [o.experiment.key for o in outcomes if o.accuracy != TEST_SETS]
+    if held_out:
+        lines += [
+            f"**Not on test sets:** {', '.join(held_out)} scored each client on"
+            " its hold-out (runs from before clients had test sets); rerun them.",
+            "",
+        ]
     recorded = {o.experiment.key: len(o.seeds) for o in outcomes}
     if set(recorded) != set(SETTINGS) or min(recorded.values(), default=0) < 3:
         have = ", ".join(f"{k} ({n} seed{'s' * (n != 1)})" for k, n in recorded.items())

@@ -20,7 +20,7 @@ from .claims import (
     SIGN_TEST_SEEDS,
     Claims,
 )
-from .runner import ROOT, ByKey, Outcome
+from .runner import HOLD_OUT, ROOT, TEST_SETS, ByKey, Outcome
 
 # A paper's part of the page for one dataset, its claims registered in the
 # Claims given; [] when none of its runs is there.
@@ -31,22 +31,46 @@ CLAIMS = (
     "The paper's claims, seed by seed (95 % interval; our measurements beyond"
     " them without verdict):"
 )
-# What each dataset's runs use of it: every accuracy on the page is a
-# client's accuracy on the 20 % of its own samples it holds out (the
-# scenarios' test_fraction), never on a dataset's own test split.
+# What each dataset's runs use of it.
 DATASET_WORDS = {
     "digits": "the embedded digits (8×8 images, 1,797 of them, shared out among"
     " the clients; the set has no test split)",
-    "fashion_mnist": "Fashion-MNIST (28×28 images): the clients' data are drawn"
-    " from its 60,000 training images only; its 10,000-image test split is used"
-    " for the global model's accuracy (`global_acc` in rounds.jsonl), which this"
-    " page does not show",
+    "fashion_mnist": "Fashion-MNIST (28×28 images): the clients' training data"
+    " are drawn from its 60,000 training images; its 10,000-image test split"
+    " gives the clients' test sets in the runs that have them (below) and"
+    " scores the global model (`global_acc` in rounds.jsonl, not shown here)",
 }
-HOLDOUT = (
-    "Every accuracy on this page is a client's accuracy on the 20 % of its own"
-    " samples that it holds out from training (the scenarios' `test_fraction`),"
-    " averaged over the clients; the papers report accuracy on a test set."
+TEST_SET_WORDS = (
+    "a client's accuracy on its own test set, drawn from the dataset's test"
+    " split to match the client's classes, rotation and drift (`acc` in"
+    " rounds.jsonl), averaged over the clients; its 20 % hold-out of the"
+    " training images (`val_acc`) serves only the algorithms' own decisions"
 )
+HOLD_OUT_WORDS = (
+    "a client's accuracy on the 20 % of its own samples that it holds out from"
+    " training (the scenarios' `test_fraction`), averaged over the clients"
+)
+
+
+def accuracy_words(outcomes: Sequence[Outcome]) -> str:
+    """What the page's accuracies are measured on, from its outcomes: the
+    same for all, or which experiments are on which (a page whose records
+    were made before clients had test sets, and not yet re-run)."""
+    held = sorted(f"{o.experiment.key}" for o in outcomes if o.accuracy == HOLD_OUT)
+    tested = [o for o in outcomes if o.accuracy == TEST_SETS]
+    if not tested:
+        return (
+            f"Every accuracy on this page is {HOLD_OUT_WORDS}; the papers"
+            " report accuracy on a test set."
+        )
+    if not held:
+        return f"Every accuracy on this page is {TEST_SET_WORDS}."
+    return (
+        f"Accuracies are {TEST_SET_WORDS}, except in the experiments recorded"
+        f" before clients had test sets ({', '.join(held)}), where they are"
+        f" {HOLD_OUT_WORDS}: until those are re-run, a claim that compares the"
+        " two kinds compares different measures."
+    )
 
 
 def fmt(value: Any, digits: int = 3) -> str:
@@ -204,7 +228,8 @@ def write_page(
         " (scenarios `*-fmnist`, whose descriptions list what still departs)."
         " Numbers differ in scale; what should carry over is the ordering and the"
         " clustering behaviour. Where it does not, the section says so (each"
-        " such sentence is computed from the numbers above it). " + HOLDOUT,
+        " such sentence is computed from the numbers above it). "
+        + accuracy_words(outcomes),
         "",
     ]
     if seeds > 1:

@@ -24,9 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from .runner import (
+    HOLD_OUT,
     ROOT,
     Experiment,
     Outcome,
+    accuracy_of,
     make_outcome,
     mean_acc,
     wall_seconds,
@@ -49,9 +51,12 @@ def save(outcome: Outcome, records: Path) -> Path:
     rows: dict[str, dict[int, Any]] = {}
     seconds = outcome.seconds
     earlier = _read(path) if path.exists() else None
-    if earlier is not None and _settings(earlier) != _settings_of_run(
-        outcome.experiment, outcome.dataset, outcome.quick
-    ):
+    settings = (
+        outcome.quick,
+        _without_seeds(outcome.experiment.command(outcome.quick, outcome.dataset)),
+        outcome.accuracy,
+    )
+    if earlier is not None and _settings(earlier) != settings:
         print(f"{path}: other settings than this run's; replaced", file=sys.stderr)
     elif earlier is not None:
         kept = set(_seeds(earlier)) - set(outcome.seeds)
@@ -80,6 +85,7 @@ def save(outcome: Outcome, records: Path) -> Path:
         "dataset": outcome.dataset,
         "command": outcome.experiment.command(outcome.quick, outcome.dataset, seeds),
         "quick": outcome.quick,
+        "accuracy": outcome.accuracy,
         "seconds": seconds,
         "out": str(out.relative_to(ROOT) if out.is_relative_to(ROOT) else out),
         "summaries": _sorted(summaries),
@@ -122,6 +128,7 @@ def load(
                     _by_seed(record["rows"]),
                     ROOT / record["out"],
                     quick,
+                    _accuracy(record),
                 )
             )
     return outcomes
@@ -161,14 +168,21 @@ def _seeds_of(summaries: dict[str, dict[int, Any]]) -> list[int]:
 
 
 def _settings(record: dict[str, Any]) -> tuple[Any, ...]:
-    # The command without its seeds: the same scenario, algorithms and sets.
-    return record["quick"], _without_seeds(record["command"])
+    # The command without its seeds: the same scenario, algorithms and sets,
+    # and accuracy measured on the same data.
+    return record["quick"], _without_seeds(record["command"]), _accuracy(record)
 
 
 def _settings_of_run(
     experiment: Experiment, dataset: str, quick: bool
 ) -> tuple[Any, ...]:
-    return quick, _without_seeds(experiment.command(quick, dataset))
+    command = _without_seeds(experiment.command(quick, dataset))
+    return quick, command, accuracy_of(dataset)
+
+
+def _accuracy(record: dict[str, Any]) -> str:
+    # Records from before the field scored every client on its hold-out.
+    return record.get("accuracy", HOLD_OUT)  # type: ignore[no-any-return]
 
 
 def _without_seeds(command: str) -> str:

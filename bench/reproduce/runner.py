@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterfed.comparison import CompareResult, compare
+from clusterfed.data.datasets import WITH_TEST_SPLIT
 from clusterfed.seeds import (
     Interval,
     interval,
@@ -22,6 +23,19 @@ from clusterfed.seeds import (
 ROOT = Path(__file__).resolve().parents[2]
 
 Row = dict[str, Any]
+
+# What a run's `acc` is measured on. Clients of a dataset with a test split
+# get test sets drawn from it (data/test_sets.py); runs made before that,
+# and every run on a dataset without one, score the 20 % hold-out.
+TEST_SETS = "test sets"
+HOLD_OUT = "hold-out"
+
+
+def accuracy_of(dataset: str) -> str:
+    """What a run on `dataset` made now measures its accuracy on."""
+    return TEST_SETS if dataset in WITH_TEST_SPLIT else HOLD_OUT
+
+
 # A number read from one seed's run: (its summary, its rows) → value or None.
 SeedValue = Callable[[dict[str, Any], list[Row]], float | None]
 
@@ -97,6 +111,12 @@ class Outcome:
     seeds: tuple[int, ...] = (0,)
     statistics: dict[str, dict[str, Interval]] = field(default_factory=dict)
     seed_summaries: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)
+    # What its accuracies are measured on (TEST_SETS or HOLD_OUT); by
+    # default what a run on its dataset measures now.
+    accuracy: str = ""
+
+    def __post_init__(self) -> None:
+        self.accuracy = self.accuracy or accuracy_of(self.dataset)
 
     @property
     def rows(self) -> dict[str, list[dict[str, Any]]]:
@@ -249,8 +269,35 @@ def _outcome(
         for name, runs in result.by_seed.items()
     }
     return make_outcome(
-        exp, dataset, seconds, result.seed_summaries, rows, folder, quick
+        exp,
+        dataset,
+        seconds,
+        result.seed_summaries,
+        rows,
+        folder,
+        quick,
+        measured_on(rows),
     )
+
+
+def measured_on(seed_rows: Mapping[str, Mapping[int, list[Row]]]) -> str:
+    """What the runs' accuracies were measured on, read from their rows: a
+    client scored on a test set reports its hold-out's as `val_acc` beside.
+    Runs of both kinds in one experiment (--resume keeping runs of older
+    code) are refused."""
+    kinds = {
+        TEST_SETS
+        if any("val_acc" in c for row in rows for c in row.get("clients", ()))
+        else HOLD_OUT
+        for by_seed in seed_rows.values()
+        for rows in by_seed.values()
+    }
+    if len(kinds) > 1:
+        raise ValueError(
+            "runs scored on test sets and runs scored on their hold-out in one"
+            " experiment: rerun it without --resume"
+        )
+    return kinds.pop() if kinds else HOLD_OUT
 
 
 def make_outcome(
@@ -261,9 +308,11 @@ def make_outcome(
     seed_rows: dict[str, dict[int, list[dict[str, Any]]]],
     folder: Path,
     quick: bool,
+    accuracy: str = "",
 ) -> Outcome:
     """An experiment's outcome from every algorithm's per-seed summaries and
-    rows: the means and intervals over the seeds follow from them."""
+    rows: the means and intervals over the seeds follow from them.
+    `accuracy`: what they were measured on (default: what a run makes now)."""
     statistics = {name: seed_statistics(s) for name, s in seed_summaries.items()}
     summaries = {}
     for name, per_seed in seed_summaries.items():
@@ -284,4 +333,5 @@ def make_outcome(
         seeds,
         statistics,
         seed_summaries,
+        accuracy,
     )

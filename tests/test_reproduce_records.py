@@ -1,0 +1,98 @@
+"""What a reproduction record says its accuracies were measured on
+(bench/reproduce/records.py): runs scored on test sets and runs scored on
+their hold-out never share a record, a record from before clients had test
+sets is re-run on a dataset that has a test split, and the page says which
+experiments are on which."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+from reproduce import ocfl  # noqa: E402
+from reproduce.page import accuracy_words  # noqa: E402
+from reproduce.records import load, recorded, save  # noqa: E402
+from reproduce.runner import (  # noqa: E402
+    HOLD_OUT,
+    TEST_SETS,
+    Outcome,
+    make_outcome,
+    measured_on,
+)
+
+EXPERIMENT = ocfl.EXPERIMENTS[0]
+
+
+def rows(val_acc: bool) -> list[dict[str, Any]]:
+    client: dict[str, Any] = {"id": 0, "acc": 0.5}
+    if val_acc:
+        client["val_acc"] = 0.6
+    return [{"round": 0, "clients": [client]}]
+
+
+def outcome(dataset: str, seeds: list[int], tested: bool) -> Outcome:
+    summaries = {
+        a: {s: {"final_mean_acc": 0.5 + s / 10, "wall_s": 1.0} for s in seeds}
+        for a in EXPERIMENT.algorithms
+    }
+    seed_rows = {a: {s: rows(tested) for s in seeds} for a in EXPERIMENT.algorithms}
+    return make_outcome(
+        EXPERIMENT,
+        dataset,
+        1.0,
+        summaries,
+        seed_rows,
+        Path("/tmp/runs"),
+        False,
+        measured_on(seed_rows),
+    )
+
+
+def test_measured_on_reads_the_rows() -> None:
+    assert measured_on({"a": {0: rows(True)}, "b": {0: rows(True)}}) == TEST_SETS
+    assert measured_on({"a": {0: rows(False)}}) == HOLD_OUT
+    with pytest.raises(ValueError, match="hold-out"):
+        measured_on({"a": {0: rows(True), 1: rows(False)}})
+
+
+def test_a_record_keeps_what_its_accuracy_was_measured_on(tmp_path: Path) -> None:
+    path = save(outcome("fashion_mnist", [0, 1], tested=True), tmp_path)
+    (back,) = load(tmp_path, [EXPERIMENT], ["fashion_mnist"], quick=False)
+    assert back.accuracy == TEST_SETS
+    assert recorded(tmp_path, False)("fashion_mnist", EXPERIMENT) == {0, 1}
+    # A record from before the field: its accuracies are the hold-out's, so a
+    # dataset with a test split has none of its seeds recorded (re-run)...
+    record = json.loads(gzip.decompress(path.read_bytes()))
+    del record["accuracy"]
+    path.write_bytes(gzip.compress(json.dumps(record).encode()))
+    (old,) = load(tmp_path, [EXPERIMENT], ["fashion_mnist"], quick=False)
+    assert old.accuracy == HOLD_OUT
+    assert recorded(tmp_path, False)("fashion_mnist", EXPERIMENT) == set()
+    # ... and a new seed replaces the record rather than joining it.
+    save(outcome("fashion_mnist", [2], tested=True), tmp_path)
+    (new,) = load(tmp_path, [EXPERIMENT], ["fashion_mnist"], quick=False)
+    assert new.seeds == (2,) and new.accuracy == TEST_SETS
+
+
+def test_digits_records_stay_on_the_hold_out(tmp_path: Path) -> None:
+    save(outcome("digits", [0], tested=False), tmp_path)
+    save(outcome("digits", [1], tested=False), tmp_path)
+    (back,) = load(tmp_path, [EXPERIMENT], ["digits"], quick=False)
+    assert back.seeds == (0, 1) and back.accuracy == HOLD_OUT
+
+
+def test_the_page_says_which_experiments_are_on_which() -> None:
+    tested = outcome("fashion_mnist", [0], tested=True)
+    held = outcome("fashion_mnist", [0], tested=False)
+    assert "own test set" in accuracy_words([tested])
+    assert "holds out from training" in accuracy_words([held])
+    assert "own test set" not in accuracy_words([held])
+    mixed = accuracy_words([tested, held])
+    assert f"({EXPERIMENT.key})" in mixed and "own test set" in mixed
