@@ -84,6 +84,7 @@ BUILTIN: dict[str, Callable[[], Scenario]] = {
     "ocfl-iid-fmnist": papers_fmnist.ocfl_iid_fmnist,
     "ocfl-noniid-fmnist": papers_fmnist.ocfl_noniid_fmnist,
     "ocfl-noniid2-fmnist": papers_fmnist.ocfl_noniid2_fmnist,
+    "ocfl-merge-fmnist": papers_fmnist.ocfl_merge_fmnist,
     "fedac-iid-fmnist": papers_fmnist.fedac_iid_fmnist,
     "fedac-2clusters-fmnist": papers_fmnist.fedac_2clusters_fmnist,
     "fedac-3clusters-fmnist": papers_fmnist.fedac_3clusters_fmnist,

@@ -96,3 +96,37 @@ def test_the_page_says_which_experiments_are_on_which() -> None:
     assert "own test set" not in accuracy_words([held])
     mixed = accuracy_words([tested, held])
     assert f"({EXPERIMENT.key})" in mixed and "own test set" in mixed
+
+
+def test_every_seed_keeps_its_final_round_clients_and_their_clusters(
+    tmp_path: Path,
+) -> None:
+    def run_rows(seed: int) -> list[dict[str, Any]]:
+        return [
+            {
+                "round": r,
+                "clients": [{"id": 0, "acc": 0.1 * r + seed, "cluster": 4, "loss": 1}],
+            }
+            for r in range(3)
+        ]
+
+    summaries = {
+        a: {s: {"final_mean_acc": 0.5, "wall_s": 1.0} for s in (0, 1)}
+        for a in EXPERIMENT.algorithms
+    }
+    seed_rows = {a: {s: run_rows(s) for s in (0, 1)} for a in EXPERIMENT.algorithms}
+    made = make_outcome(
+        EXPERIMENT, "digits", 1.0, summaries, seed_rows, Path("/tmp/runs"), False
+    )
+    save(made, tmp_path)
+    (back,) = load(tmp_path, [EXPERIMENT], ["digits"], quick=False)
+    first, second = (back.seed_rows[EXPERIMENT.algorithms[0]][s] for s in (0, 1))
+    # The first seed: every round's clients (the figures'), clusters at the end.
+    assert [r["clients"] for r in first[:2]] == [
+        [{"id": 0, "acc": 0.0}],
+        [{"id": 0, "acc": 0.1}],
+    ]
+    assert first[-1]["clients"] == [{"id": 0, "acc": 0.2, "cluster": 4}]
+    # Later seeds: the final round's alone.
+    assert ["clients" in r for r in second] == [False, False, True]
+    assert second[-1]["clients"] == [{"id": 0, "acc": 1.2, "cluster": 4}]

@@ -5,8 +5,9 @@ takes hours of runs: more than one sitting, and often more than one machine.
 `save` writes the part of an outcome the page is made of to
 `<records>/<dataset>/<key>.json.gz` (`<key>-quick.json.gz` for --quick):
 every seed's summary, every seed's rows cut down to the fields the sections
-read (and the row's mean client accuracy), and each client's accuracy in the
-first seed's rows (the figures'). A record grows seed by seed: the seeds of
+read (and the row's mean client accuracy), each client's accuracy in the
+first seed's rows (the figures') and each client's accuracy and cluster in
+every seed's final row. A record grows seed by seed: the seeds of
 a later sitting join those already there. `load` gives it back as an
 `Outcome`, so a page can be written from experiments run on other days, and
 it is the page the runs themselves give. Gzip: the per-client accuracies of
@@ -72,13 +73,18 @@ def save(outcome: Outcome, records: Path) -> Path:
         seconds = wall_seconds(summaries)
     for name, by_seed in outcome.seed_rows.items():
         rows.setdefault(name, {}).update(
-            {seed: [_compact(r) for r in runs] for seed, runs in by_seed.items()}
+            {
+                seed: [_compact(r, i == len(runs) - 1) for i, r in enumerate(runs)]
+                for seed, runs in by_seed.items()
+            }
         )
     seeds = _seeds_of(summaries)
-    for by_seed in rows.values():  # each client's accuracy: the first seed's only
+    # Each client's accuracy in every round of the first seed (the figures'),
+    # in the final round of every seed (claims about groups of clients).
+    for by_seed in rows.values():
         for seed, runs in by_seed.items():
             if seed != min(seeds):
-                for r in runs:
+                for r in runs[:-1]:
                     r.pop("clients", None)
     record = {
         "key": outcome.experiment.key,
@@ -198,11 +204,14 @@ def _sorted(by_name: dict[str, dict[int, Any]]) -> dict[str, dict[int, Any]]:
     return {name: dict(sorted(by_seed.items())) for name, by_seed in by_name.items()}
 
 
-def _compact(row: dict[str, Any]) -> dict[str, Any]:
+def _compact(row: dict[str, Any], final: bool) -> dict[str, Any]:
     kept = {f: row[f] for f in ROW_FIELDS if f in row}
     kept["mean_acc"] = mean_acc(row)
+    # The final round's clients keep their cluster: the groups a claim about
+    # clusters of clients compares (OCFL's Table 3).
+    fields = ("id", "acc", "cluster") if final else ("id", "acc")
     if "clients" in row:
-        kept["clients"] = [{"id": c["id"], "acc": c["acc"]} for c in row["clients"]]
+        kept["clients"] = [{f: c[f] for f in fields if f in c} for c in row["clients"]]
     return kept
 
 
