@@ -27,7 +27,7 @@ from reproduce.claims import (  # noqa: E402
     comparison,
     holm,
 )
-from reproduce.page import claims_summary  # noqa: E402
+from reproduce.page import claims_summary, write_page  # noqa: E402
 from reproduce.runner import Experiment, Outcome, make_outcome  # noqa: E402
 
 
@@ -435,3 +435,15 @@ def test_dcfl_table_i_rows_of_fig5_are_table_i_claims_counted_once() -> None:
     assert verdicts["dcfl-table1-nodp:final_std_acc:dcfl-fedavg"] == MEASURED
     assert verdicts["dcfl-table1-nodp:final_mean_acc:dcfl-fedavg"] == HOLDS
     assert sum(line.count(": holds |") for line in table) == 6  # 3 rows x 2
+
+
+def test_the_page_says_each_experiment_s_seed_count(tmp_path: Path) -> None:
+    three = outcome(ocfl.EXPERIMENTS[0], {"ocfl": [0.9, 0.9, 0.9]})
+    ten = outcome(ocfl.EXPERIMENTS[1], {"ocfl": [0.9] * 10})
+    page = tmp_path / "PAGE.md"
+    write_page([three, ten], "cmd", page, 1.0, [])
+    assert "Each experiment ran 3 or 10 (each section's “Run by” says which)" in (
+        page.read_text()
+    )
+    write_page([three], "cmd", page, 1.0, [])
+    assert "Each experiment ran 3 seeds:" in page.read_text()

@@ -71,6 +71,9 @@ class Claim:
             that collapsed ("ocfl-noniid2 fedavg").
         method_collapsed: the runs on the paper's higher side that did.
         note: words after the numbers ("the paper's margin 0.030").
+        seed_costs: the runs behind it ("<key> <algorithm>") with the wall
+            seconds one seed of each took: what deciding it would cost
+            (undecided.py).
     """
 
     key: str
@@ -84,6 +87,7 @@ class Claim:
     collapsed: tuple[str, ...] = ()
     method_collapsed: tuple[str, ...] = ()
     note: str = ""
+    seed_costs: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.passed is not None and self.values:
@@ -249,6 +253,23 @@ def collapsed(outcome: Outcome, algorithm: str) -> list[str]:
 Run = tuple[Outcome, str]  # an experiment's runs of one algorithm
 
 
+def seed_costs(*runs: Run) -> tuple[tuple[str, float], ...]:
+    """Each run's label ("<key> <algorithm>") with the mean wall seconds of
+    its seeds (once per run, in the order given)."""
+    costs: dict[str, float] = {}
+    for outcome, algorithm in runs:
+        walls = [
+            s["wall_s"]
+            for s in outcome.seed_summaries[algorithm].values()
+            if s.get("wall_s") is not None
+        ]
+        if walls:
+            costs.setdefault(
+                f"{outcome.experiment.key} {algorithm}", sum(walls) / len(walls)
+            )
+    return tuple(costs.items())
+
+
 def comparison(
     key: str,
     paper: str,
@@ -278,4 +299,5 @@ def comparison(
         collapsed=tuple(label for o, a in baselines for label in collapsed(o, a)),
         method_collapsed=tuple(label for o, a in methods for label in collapsed(o, a)),
         note=note,
+        seed_costs=seed_costs(*methods, *baselines),
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .claims import Claim, Claims, comparison
+from .claims import Claim, Claims, comparison, seed_costs
 from .figures import per_round
 from .page import CLAIMS, pm, provenance, table
 from .runner import ByKey, Experiment, summary_value
@@ -78,6 +78,7 @@ def section(by_key: ByKey, dataset: str, figures: Path, claims: Claims) -> list[
                 "Fig. 3",
                 "fedac-iid: FedAC never splits (one cluster at the end)",
                 passed=tuple(clusters[seed] == 1 for seed in sorted(clusters)),
+                seed_costs=seed_costs((o, "fedac")),
             )
             lines.append(claims.say(claim))
             continue
@@ -93,6 +94,7 @@ def section(by_key: ByKey, dataset: str, figures: Path, claims: Claims) -> list[
                 clusters[seed] == wanted and purity.get(seed, 0) >= 0.9
                 for seed in sorted(clusters)
             ),
+            seed_costs=seed_costs((o, "fedac")),
         )
         lines.append(claims.say(claim))
         for method in ("fedac", "fedacp"):

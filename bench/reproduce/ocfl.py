@@ -9,7 +9,7 @@ import numpy as np
 
 from clusterfed.seeds import interval
 
-from .claims import Claim, Claims, comparison
+from .claims import Claim, Claims, comparison, seed_costs
 from .page import CLAIMS, pm, provenance, table
 from .runner import ByKey, Experiment, Outcome, first_round, summary_value
 
@@ -110,6 +110,7 @@ def section(by_key: ByKey, dataset: str, figures: Path, claims: Claims) -> list[
             measure="ARI − 0.9:",
             own=s == CLAIMED_ARI,
             note=f"ARI {pm(aris[s])}",
+            seed_costs=seed_costs((dict(found)[s], "ocfl")),
         )
         lines.append(claims.say(claim))
     final = summary_value("final_mean_acc")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from clusterfed.seeds import Interval
 
@@ -20,7 +19,9 @@ from .claims import (
     SIGN_TEST_SEEDS,
     Claims,
 )
+from .markdown import table
 from .runner import HOLD_OUT, ROOT, TEST_SETS, ByKey, Outcome
+from .undecided import undecided_lines
 
 # A paper's part of the page for one dataset, its claims registered in the
 # Claims given; [] when none of its runs is there.
@@ -71,20 +72,6 @@ def accuracy_words(outcomes: Sequence[Outcome]) -> str:
         f" {HOLD_OUT_WORDS}: until those are re-run, a claim that compares the"
         " two kinds compares different measures."
     )
-
-
-def fmt(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
-
-
-def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows]
-    return lines
 
 
 def pm(found: Interval | None, digits: int = 3) -> str:
@@ -213,7 +200,8 @@ def write_page(
 ) -> None:
     by_key = {(o.dataset, o.experiment.key): o for o in outcomes}
     datasets = tuple(sorted({o.dataset for o in outcomes}))
-    seeds = max((len(o.seeds) for o in outcomes), default=1)
+    counts = sorted({len(o.seeds) for o in outcomes}) or [1]
+    seeds = max(counts)
     figures = page.parent / "figures"
     figures.mkdir(parents=True, exist_ok=True)
     lines = [
@@ -234,9 +222,9 @@ def write_page(
     ]
     if seeds > 1:
         lines += [
-            f"Each experiment ran {seeds} seeds: numbers are means over the seeds"
-            " ± the half-width of their 95 % Student t interval, and a claim is"
-            " decided from the interval of its difference taken seed by seed"
+            f"Each experiment ran {_counted(counts)} seeds: numbers are means over"
+            " the seeds ± the half-width of their 95 % Student t interval, and a"
+            " claim is decided from the interval of its difference taken seed by seed"
             " (holds: the whole interval is on the paper's side; does not hold:"
             " the whole interval is on the other; else cannot tell at this many"
             " seeds). Each dataset's part opens with every claim in one table.",
@@ -258,5 +246,19 @@ def write_page(
             for section in sections
             for line in section(by_key, dataset, figures, claims)
         ]
-        lines += [f"## Dataset: {dataset}", "", *claims_summary(claims), *body]
+        lines += [
+            f"## Dataset: {dataset}",
+            "",
+            *claims_summary(claims),
+            *undecided_lines(claims),
+            *body,
+        ]
     page.write_text("\n".join(lines) + "\n")
+
+
+def _counted(counts: Sequence[int]) -> str:
+    """`3`, or `3 or 10 (each section's runs say which)` where they differ."""
+    if len(counts) == 1:
+        return str(counts[0])
+    listed = ", ".join(map(str, counts[:-1])) + f" or {counts[-1]}"
+    return f"{listed} (each section's “Run by” says which)"
