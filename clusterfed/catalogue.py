@@ -33,8 +33,15 @@ def scenarios() -> dict[str, str]:
     return described
 
 
-def datasets() -> list[str]:
-    return list(_table(_source("clusterfed.data", "datasets.py"), "DATASETS"))
+def datasets() -> dict[str, str]:
+    """The datasets by name, then the synthetic ones by their name patterns
+    with a word on each (the named ones need none)."""
+    named = _table(_source("clusterfed.data", "datasets.py"), "DATASETS")
+    synthetic = _table(_source("clusterfed.data", "synthetic.py"), "LISTED")
+    return {
+        **dict.fromkeys(named, ""),
+        **{k: v.value for k, v in synthetic.items() if isinstance(v, ast.Constant)},
+    }
 
 
 def models() -> list[str]:

@@ -75,8 +75,8 @@ def _list(args: argparse.Namespace) -> int:
     for point in entry_points(group="clusterfed.algorithms"):
         print(f"  {point.name:<20} plug-in {point.value}")
     print("datasets:")
-    for name in catalogue.datasets():
-        print(f"  {name}")
+    for name, words in catalogue.datasets().items():
+        print(f"  {name:<26} {words}".rstrip())
     print("models:")
     for name in catalogue.models():
         print(f"  {name}")

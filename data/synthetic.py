@@ -50,6 +50,13 @@ COUNT_MEAN, COUNT_SIGMA, COUNT_MIN = 4.0, 2.0, 50
 SYNTHETIC_STREAM = 10
 _COUNT, _DATA = 1, 2
 
+# The names `clusterfed list` shows for these datasets (one is a pattern).
+LISTED = {
+    "synthetic": "Synthetic(1, 1)",
+    "synthetic_<alpha>_<beta>": "Synthetic(alpha, beta), e.g. synthetic_0.5_0.5",
+    "synthetic_iid": "the authors' synthetic_iid: one shared labelling model",
+}
+
 _NAME = re.compile(r"synthetic(?:_(?P<iid>iid)|_(?P<alpha>[0-9.]+)_(?P<beta>[0-9.]+))?")
 # Client ids stay below this (a population's `registered` is bounded by it);
 # the iid variant's shared model comes from the stream of this "client",

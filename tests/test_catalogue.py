@@ -9,6 +9,7 @@ import sys
 from clusterfed import __version__, catalogue
 from clusterfed.algorithms import algorithms, parameters
 from clusterfed.data import DATASETS
+from clusterfed.data.synthetic import LISTED, SyntheticParams, parse_name
 from clusterfed.models import MODELS
 from clusterfed.scenarios import BUILTIN
 
@@ -18,11 +19,20 @@ def test_the_catalogue_agrees_with_the_imported_tables() -> None:
         name: (build.__doc__ or "").strip().splitlines()[0]
         for name, build in BUILTIN.items()
     }
-    assert catalogue.datasets() == list(DATASETS)
+    assert catalogue.datasets() == {**dict.fromkeys(DATASETS, ""), **LISTED}
     assert catalogue.models() == list(MODELS)
     assert catalogue.algorithms() == {
         name: {k: repr(v) for k, v in parameters(name).items()} for name in algorithms()
     }
+
+
+def test_the_listed_synthetic_names_are_names_it_takes() -> None:
+    parsed = {
+        name: parse_name(name.replace("<alpha>_<beta>", "0.5_0.25")) for name in LISTED
+    }
+    assert parsed["synthetic"] == SyntheticParams(alpha=1.0, beta=1.0)
+    assert parsed["synthetic_<alpha>_<beta>"] == SyntheticParams(alpha=0.5, beta=0.25)
+    assert parsed["synthetic_iid"] is not None and parsed["synthetic_iid"].iid
 
 
 def test_list_and_version_import_no_torch() -> None:
