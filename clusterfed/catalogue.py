@@ -40,7 +40,11 @@ def datasets() -> dict[str, str]:
     synthetic = _table(_source("clusterfed.data", "synthetic.py"), "LISTED")
     return {
         **dict.fromkeys(named, ""),
-        **{k: v.value for k, v in synthetic.items() if isinstance(v, ast.Constant)},
+        **{
+            k: v.value
+            for k, v in synthetic.items()
+            if isinstance(v, ast.Constant) and isinstance(v.value, str)
+        },
     }
 
 
