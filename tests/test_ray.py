@@ -6,6 +6,8 @@ and the test checks that no Ray process is left behind.
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +17,10 @@ import pytest
 import clusterfed
 from clusterfed.actors.runtimes.base import KEEP_AT_LEAST
 from clusterfed.actors.runtimes.ray import RayRuntime
+from clusterfed.checkpoint import read_checkpoint
 from clusterfed.scenarios import Join
 from clusterfed.scenarios.spec import ModelSpec
-from helpers import small_scenario
+from helpers import read_rounds, small_scenario, without_wall_time
 
 ray = pytest.importorskip("ray")
 
@@ -250,3 +253,27 @@ def test_a_population_reuses_its_hosts_and_gives_the_local_rows(
     ]
     # As many hosts every round (the old placement added hosts each round).
     assert hosts == [hosts[0]] * 3 and hosts[0] <= 6
+
+
+def test_ctrl_c_on_ray_checkpoints_the_round_in_flight_and_resumes(
+    tmp_path: Path,
+) -> None:
+    # The federation runs in a Ray actor; Ctrl-C reaches the driver, which
+    # asks the actor for the checkpoint (RemoteFederation.checkpoint).
+    scenario = small_scenario(rounds=5)
+
+    def press_ctrl_c(row: dict[str, Any]) -> None:
+        # Pressed after round 2 is recorded: the driver takes it while
+        # round 3 runs, so that round finishes and is kept.
+        if row["round"] == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    out = tmp_path / "ray"
+    with pytest.raises(clusterfed.RunInterrupted) as stopped:
+        clusterfed.run(scenario, out=out, runtime="ray", on_round=press_ctrl_c)
+    assert stopped.value.checkpoint and stopped.value.rounds_done == 3
+    assert read_checkpoint(out).rounds_done == 3
+    resumed = clusterfed.resume(out)
+    assert resumed.summary["rounds"] == 5
+    whole = clusterfed.run(scenario, out=tmp_path / "local")
+    assert without_wall_time(read_rounds(out)) == without_wall_time(whole.rows)
