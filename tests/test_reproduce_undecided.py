@@ -72,6 +72,14 @@ def test_shared_runs_are_counted_once_at_the_most_seeds_asked() -> None:
     assert f"| P, T: x | 3 | {more[0]} | {(more[0] - 3):.0f} min |" in text
 
 
+def test_one_seed_is_too_few_to_project_from() -> None:
+    claims = Claims()
+    claims.add(Claim("one", "P", "T", "x", (0.02,), seed_costs=(("exp a", 60.0),)))
+    text = "\n".join(undecided_lines(claims))
+    assert "| P, T: x | 1 | — (one seed) | — |" in text
+    assert "0 would stay undecided" in text and "1 have one seed" in text
+
+
 def test_nothing_undecided_says_nothing() -> None:
     claims = Claims()
     claims.add(claim(sample(3, 0.5, 0.01)))

@@ -55,8 +55,12 @@ def undecided_lines(claims: Claims) -> list[str]:
         return []
     rows = []
     extra_by_run: dict[str, tuple[int, float]] = {}
-    never = 0
+    never = unknown = 0
     for c in open_claims:
+        if c.passed is None and c.n < 2:  # one value: no spread to project
+            unknown += 1
+            rows.append([_label(c), c.n, "— (one seed)", "—"])
+            continue
         needed = seeds_to_decide(c)
         if needed is None:
             never += 1
@@ -69,7 +73,7 @@ def undecided_lines(claims: Claims) -> list[str]:
         cost = sum(seconds for _, seconds in c.seed_costs)
         rows.append([_label(c), c.n, needed, _hours(more * cost, c.seed_costs)])
     total = math.fsum(more * seconds for more, seconds in extra_by_run.values())
-    decidable = len(open_claims) - never
+    decidable = len(open_claims) - never - unknown
     return [
         f"**Undecided.** {len(open_claims)} of the papers' claims cannot be told"
         " at the seeds they have. The table projects, for each, the seeds at"
@@ -80,7 +84,8 @@ def undecided_lines(claims: Claims) -> list[str]:
         f" took here. Deciding the {decidable} that some count of seeds up to"
         f" {MOST_SEEDS:,} would decide takes about {total / 3600:.1f} hours of"
         " runs, counting once the runs that several claims share;"
-        f" {never} would stay undecided at any count up to {MOST_SEEDS:,}.",
+        f" {never} would stay undecided at any count up to {MOST_SEEDS:,}"
+        + (f"; {unknown} have one seed, too few to project from." if unknown else "."),
         "",
         *table(["claim", "seeds", "seeds to decide", "more runs"], rows),
         "",
