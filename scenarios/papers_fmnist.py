@@ -84,6 +84,7 @@ def _ocfl(base: Scenario, name: str, **changes: Any) -> Scenario:
         " are clusters of their own, as in OPTICS), then FedAvg in each cluster"
         " with 10 % of its clients per round; batch 10, plain SGD. "
         + STAND_IN.format("MNIST")
+        + " The paper does not give its MLP's widths: the MLP 512-128 here."
         + changes.pop("said"),
         algorithm_params=params,
         **changes,
