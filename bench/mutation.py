@@ -150,6 +150,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                 "__init__.py",
                 "build.py",
                 "builtin.py",
+                "capabilities.py",
                 "dealing.py",
                 "loader.py",
                 "papers.py",
