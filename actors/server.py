@@ -34,7 +34,7 @@ from clusterfed.algorithms import (
 )
 from clusterfed.algorithms.base import streams
 from clusterfed.algorithms.diagnostics import Diagnostics, as_diagnostics
-from clusterfed.errors import ClusterfedError, ConfigError
+from clusterfed.errors import ClusterfedError
 from clusterfed.protocol import MAX_MESSAGE_BYTES, Shutdown, TrainConfig
 from clusterfed.types import ClientId
 
@@ -49,7 +49,7 @@ from .outcome import ClientOutcome, Exchange, RoundOutcome
 from .reply_books import ReplyBooks
 from .round import Round, UpdateLimits
 from .runtimes import Runtime
-from .snapshots import ServerSnapshot, check_snapshot
+from .snapshots import ServerSnapshot, restore_snapshot, take_snapshot
 from .validation import check_models
 
 Play = Callable[[list[ClientInfo], Round], Awaitable[RoundOutcome]]
@@ -371,17 +371,7 @@ class ParameterServer(Membership):
         """Everything a resumed run needs of this server, between two rounds:
         the strategy's state and random stream, the roster, the next
         message id. Picklable; shares nothing mutable with the server."""
-        snapshot: ServerSnapshot = {
-            "round": self.round,
-            "state": self.state,
-            "rng": self.rng,
-            "roster": self.roster.copy(),
-            "next_id": self.courier.next_id,
-            "n_classes": self.n_classes,
-            "rejections": list(self._rejections),
-            "client_dp": None if self.client_dp is None else self.client_dp.snapshot(),
-        }
-        return snapshot
+        return take_snapshot(self)
 
     def restore(self, snapshot: Mapping[str, Any]) -> None:
         """Take back what `snapshot` returned (after the clients rejoined).
@@ -391,27 +381,7 @@ class ParameterServer(Membership):
                 another size, NaN or Inf in a model, another strategy's
                 state, a damaged registry): it is refused, never resumed.
         """
-        problem = check_snapshot(
-            snapshot, self.strategy.state_type, self.limits.n_weights
-        )
-        if problem is not None:
-            raise ConfigError(f"checkpoint refused: {problem}")
-        self.round = snapshot["round"]
-        self.state = snapshot["state"]
-        self.rng = snapshot["rng"]
-        self.roster = snapshot["roster"].copy()
-        self.courier.next_id = snapshot["next_id"]
-        self.n_classes = snapshot["n_classes"]
-        self.books.begin_round(self.round)
-        self._rejections = list(snapshot["rejections"])
-        books = snapshot["client_dp"]
-        if (self.client_dp is None) != (books is None):
-            raise ConfigError(
-                "checkpoint refused: client-level DP is on in one of the run"
-                " and the checkpoint only"
-            )
-        if self.client_dp is not None:
-            self.client_dp.restore(books)
+        restore_snapshot(self, snapshot)
 
     async def shutdown(self) -> None:
         """Tell every client the run is over; a client that cannot hear is skipped."""

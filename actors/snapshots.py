@@ -1,6 +1,8 @@
-"""The parameter server's checkpoint snapshot, and the check that refuses a
-damaged one (`check_snapshot`): a checkpoint is a trusted file, but an edited
-or damaged one must not resume silently."""
+"""The parameter server's checkpoint snapshot: what the server takes
+(`take_snapshot`, its `snapshot`), the check that refuses a damaged one
+(`check_snapshot`) and how the server takes it back (`restore_snapshot`, its
+`restore`). A checkpoint is a trusted file, but an edited or damaged one must
+not resume silently."""
 
 from __future__ import annotations
 
@@ -11,12 +13,14 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import numpy as np
 
 from clusterfed.algorithms import ServerState
+from clusterfed.errors import ConfigError
 
 from .roster import Roster
 from .validation import check_models
 
 if TYPE_CHECKING:  # client_dp imports the round, which imports validation
     from .client_dp import ClientDPSnapshot
+    from .server import ParameterServer  # server.py imports this module
 
 
 class ServerSnapshot(TypedDict):
@@ -89,6 +93,52 @@ def check_snapshot(
     if n_classes is not None and (not isinstance(n_classes, int) or n_classes < 1):
         return f"n_classes is {n_classes!r}"
     return _client_dp_problem(snapshot["client_dp"])
+
+
+def take_snapshot(server: ParameterServer) -> ServerSnapshot:
+    """`server.snapshot()`: what a resumed run needs of `server`, between two
+    rounds; picklable, sharing nothing mutable with the server."""
+    snapshot: ServerSnapshot = {
+        "round": server.round,
+        "state": server.state,
+        "rng": server.rng,
+        "roster": server.roster.copy(),
+        "next_id": server.courier.next_id,
+        "n_classes": server.n_classes,
+        "rejections": list(server._rejections),
+        "client_dp": None if server.client_dp is None else server.client_dp.snapshot(),
+    }
+    return snapshot
+
+
+def restore_snapshot(server: ParameterServer, snapshot: Mapping[str, Any]) -> None:
+    """`server.restore(snapshot)`: give `server` back what `take_snapshot`
+    took, once `check_snapshot` finds it fits this run.
+
+    Raises:
+        ConfigError: the snapshot does not fit this run.
+    """
+    problem = check_snapshot(
+        snapshot, server.strategy.state_type, server.limits.n_weights
+    )
+    if problem is not None:
+        raise ConfigError(f"checkpoint refused: {problem}")
+    server.round = snapshot["round"]
+    server.state = snapshot["state"]
+    server.rng = snapshot["rng"]
+    server.roster = snapshot["roster"].copy()
+    server.courier.next_id = snapshot["next_id"]
+    server.n_classes = snapshot["n_classes"]
+    server.books.begin_round(server.round)
+    server._rejections = list(snapshot["rejections"])
+    books = snapshot["client_dp"]
+    if (server.client_dp is None) != (books is None):
+        raise ConfigError(
+            "checkpoint refused: client-level DP is on in one of the run"
+            " and the checkpoint only"
+        )
+    if server.client_dp is not None:
+        server.client_dp.restore(books)
 
 
 def _client_dp_problem(books: object) -> str | None:

@@ -31,6 +31,7 @@ from clusterfed.seeding import derive_seed
 
 from .bookkeeping import BookKeeping, add_noise
 from .privacy import PrivateTraining, poisson_steps
+from .proximal import Pull, add_proximal_gradient, grad_of, shaped_like
 from .rows import Pairs, Rows
 
 PROBE_KEY = 1  # keeps the probe's mini-batch stream apart from training's
@@ -188,7 +189,7 @@ class LocalTrainer:
                 # over every weight and its backward pass each step. So
                 # does each anchor's c/2·‖w − a‖², after it.
                 for anchor, coefficient in pulls:
-                    _add_proximal_gradient(params, anchor, coefficient)
+                    add_proximal_gradient(params, anchor, coefficient)
                 optimizer.step()
         delta = get_flat(self.model) - weights
         return TrainResult(delta, total_loss / seen, n, seen)
@@ -205,14 +206,14 @@ class LocalTrainer:
 
     def _start_round(
         self, weights: np.ndarray, config: TrainConfig, anchors: Sequence[Anchor]
-    ) -> tuple[list[nn.Parameter], list[_Pull], torch.optim.SGD]:
+    ) -> tuple[list[nn.Parameter], list[Pull], torch.optim.SGD]:
         """Load `weights`; the parameters, the proximal pulls (FedProx's toward
         `weights` first, then `anchors`', each with a positive coefficient)
         and a fresh optimizer: momentum starts at zero every round."""
         set_flat(self.model, weights)
         self.model.train()
         params = list(self.model.parameters())
-        pulls: list[_Pull] = []
+        pulls: list[Pull] = []
         if config.mu > 0:
             pulls.append(([p.detach().clone() for p in params], config.mu))
         for anchor, coefficient in anchors:
@@ -221,7 +222,7 @@ class LocalTrainer:
                     f"a proximal coefficient must be finite and >= 0, got {coefficient}"
                 )
             if coefficient > 0:
-                pulls.append((_like(params, anchor), float(coefficient)))
+                pulls.append((shaped_like(params, anchor), float(coefficient)))
         optimizer = torch.optim.SGD(
             params,
             lr=config.lr,
@@ -304,7 +305,7 @@ class LocalTrainer:
                 )
                 # The proximal term reads no data: it joins the noisy gradient.
                 for anchor, coefficient in pulls:
-                    _add_proximal_gradient(params, anchor, coefficient)
+                    add_proximal_gradient(params, anchor, coefficient)
                 optimizer.step()
         delta = get_flat(self.model) - weights
         # Every batch empty (a tiny client, bad luck): report the received
@@ -346,7 +347,7 @@ class LocalTrainer:
         self.model.zero_grad(set_to_none=True)
         loss = F.cross_entropy(self.model(self._x_train[batch]), self.y_train[batch])
         torch.autograd.backward(loss)
-        gradient = torch.cat([_grad(p).reshape(-1) for p in self.model.parameters()])
+        gradient = torch.cat([grad_of(p).reshape(-1) for p in self.model.parameters()])
         return loss.item(), gradient.cpu().numpy().astype(np.float32, copy=True)
 
     @torch.no_grad()
@@ -372,38 +373,3 @@ class LocalTrainer:
         loss = F.cross_entropy(logits, y).item()
         correct = (logits.argmax(dim=1) == y).sum().item()
         return EvalResult(correct / len(y), loss, len(y))
-
-
-_Pull = tuple[list[torch.Tensor], float]
-"""An anchor as the parameters' shapes, and its coefficient."""
-
-
-def _like(params: Sequence[torch.Tensor], flat: np.ndarray) -> list[torch.Tensor]:
-    """`flat` (in `get_flat`'s layout) cut into tensors shaped as `params`."""
-    expected = sum(p.numel() for p in params)
-    if flat.shape != (expected,):
-        raise ValueError(f"an anchor of shape {flat.shape}, the model has {expected}")
-    # Decoded tensors are read-only views of the message bytes.
-    source = torch.from_numpy(np.array(flat, dtype=np.float32)).to(params[0].device)
-    pieces, offset = [], 0
-    for p in params:
-        pieces.append(source[offset : offset + p.numel()].view_as(p))
-        offset += p.numel()
-    return pieces
-
-
-def _add_proximal_gradient(
-    params: Sequence[torch.Tensor], start: Sequence[torch.Tensor], mu: float
-) -> None:
-    with torch.no_grad():
-        for p, s in zip(params, start, strict=True):
-            _grad(p).add_(p - s, alpha=mu)
-
-
-def _grad(param: torch.Tensor) -> torch.Tensor:
-    """The gradient a backward pass left on `param`."""
-    if param.grad is None:
-        # Every parameter takes part in the forward pass, so only a model
-        # with a dead branch gets here.
-        raise RuntimeError(f"no gradient on a parameter of shape {tuple(param.shape)}")
-    return param.grad

@@ -44,7 +44,10 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
         ],
     ),
     "privacy": (["actors/privacy.py"], ["test_dp.py", "test_trainer.py"]),
-    "trainer": (["actors/trainer.py"], ["test_dp.py", "test_trainer.py"]),
+    "trainer": (
+        ["actors/trainer.py", "actors/proximal.py"],
+        ["test_dp.py", "test_trainer.py"],
+    ),
     "aggregate": (
         ["algorithms/fedavg.py", "algorithms/_aggregate.py"],
         [
@@ -150,6 +153,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                 "__init__.py",
                 "build.py",
                 "builtin.py",
+                "capabilities.py",
+                "dealing.py",
                 "loader.py",
                 "papers.py",
                 "papers_fmnist.py",

@@ -11,7 +11,8 @@ plays digits client 0 of a softmax regression (`mlp`, `hidden = []`), whose
 spec and samples it gets in `accepted` as it asks.
 
 A client that dies is started again for the cases after, so each planted
-fault shows in its own case.
+fault shows in its own case. How a case asks and judges an answer's envelope
+is `ScriptedServer`'s (`scripted_server.py`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import contextlib
 import shlex
 import subprocess
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
 
 import numpy as np
 
@@ -31,12 +31,9 @@ from clusterfed.protocol import (
     ClassHistogram,
     ClusterModel,
     DescribeTask,
-    Envelope,
-    ErrorReply,
     EvaluateReply,
     EvaluateTask,
     LeaveNotice,
-    Message,
     PeerModel,
     ProbeReply,
     ProbeTask,
@@ -49,13 +46,10 @@ from clusterfed.protocol import (
     encode,
 )
 from clusterfed.protocol.transport import Leave, encode_control
+from clusterfed.scripted_server import ScriptedServer
 
-_Reply = TypeVar(
-    "_Reply", UpdateReply, EvaluateReply, ProbeReply, ClassHistogram, Shutdown
-)
 FEATURES, CLASSES = 64, 10
 WEIGHTS = CLASSES * FEATURES + CLASSES
-NONCE = "c0ffee"
 CASES = (
     "handshake",
     "join",
@@ -75,7 +69,7 @@ CASES = (
 )
 
 
-class Suite:
+class Suite(ScriptedServer):
     """The scripted server; `run(command)` plays every case once."""
 
     def __init__(self, command: Sequence[str], *, timeout_s: float = 30.0) -> None:
@@ -276,97 +270,6 @@ class Suite:
             verdict.fail(f"a leave notice from {envelope.sender} as {envelope.msg_id}")
         if not await peer.closed(10):
             verdict.fail("kept the connection open after leaving")
-
-    # -- exchanges -----------------------------------------------------------------
-
-    def _envelope(self, payload: Message) -> Envelope:
-        msg_id = f"{NONCE}:{self._next}"
-        self._next += 1
-        return Envelope(
-            msg_id=msg_id,
-            sender="server",
-            recipient=f"client/{CLIENT}",
-            round=self._next,
-            payload=payload,
-        )
-
-    async def _ask(self, body: bytes, verdict: Verdict) -> bytes | None:
-        answer = await self.client.require_peer().ask(body, self.timeout_s)
-        if answer is None:
-            verdict.fail("closed the connection instead of answering")
-            self.client.peer = None
-        return answer
-
-    async def _exchange(
-        self, verdict: Verdict, payload: Message, kind: type[_Reply]
-    ) -> _Reply | None:
-        request = self._envelope(payload)
-        answer = await self._ask(encode(request), verdict)
-        if answer is None:
-            return None
-        try:
-            reply = decode(answer)
-        except ProtocolError as exc:
-            verdict.fail(f"its reply does not decode: {exc}")
-            return None
-        self._echoes(request, reply)
-        if isinstance(reply.payload, ErrorReply):
-            verdict.fail(
-                f"answered an error: {reply.payload.code}: {reply.payload.message}"
-            )
-            return None
-        if not isinstance(reply.payload, kind):
-            verdict.fail(f"answered {reply.payload.kind} to {payload.kind}")
-            return None
-        return reply.payload
-
-    def _echoes(self, request: Envelope, reply: Envelope) -> None:
-        verdict = self.verdicts["echoes ids"]
-        kind = request.payload.kind
-        expected = f"client/{CLIENT}:re:{request.msg_id}"[:128]
-        if reply.msg_id != expected:
-            verdict.fail(f"{kind}: reply id {reply.msg_id!r}, expected {expected!r}")
-        if reply.in_reply_to != request.msg_id:
-            verdict.fail(
-                f"{kind}: in_reply_to {reply.in_reply_to!r},"
-                f" expected {request.msg_id!r}"
-            )
-        if reply.round != request.round:
-            verdict.fail(
-                f"{kind}: round {reply.round}, the request's is {request.round}"
-            )
-        if reply.sender != f"client/{CLIENT}" or reply.recipient != "server":
-            verdict.fail(f"{kind}: from {reply.sender!r} to {reply.recipient!r}")
-
-    def _count(self, found: int, expected: int, kind: str) -> None:
-        if found != expected:
-            self.verdicts["keeps its sample count"].fail(
-                f"{kind}: n_samples {found}, it holds {expected}"
-            )
-
-    async def _expect_error(
-        self,
-        verdict: Verdict,
-        answer: bytes | None,
-        code: str | None,
-        starts: str | None,
-    ) -> None:
-        if answer is None:
-            await self.client.back(verdict, "after the frame")
-            return
-        try:
-            reply = decode(answer)
-        except ProtocolError as exc:
-            verdict.fail(f"its answer does not decode: {exc}")
-            return
-        payload = reply.payload
-        if not isinstance(payload, ErrorReply):
-            verdict.fail(f"answered {payload.kind}, not an error")
-            return
-        if code is not None and payload.code != code:
-            verdict.fail(f"error code {payload.code!r}, expected {code!r}")
-        if starts is not None and not payload.message.startswith(starts):
-            verdict.fail(f"error {payload.message!r}, expected {starts!r}…")
 
     async def _answers_after(self, verdict: Verdict) -> None:
         task = EvaluateTask(model=ClusterModel(cluster=0, weights=_weights(4)))

@@ -28,9 +28,8 @@ from clusterfed.actors.clock import WaitAll
 from clusterfed.actors.courier import cohort_in_flight
 from clusterfed.actors.faults import FaultyClientSpec
 from clusterfed.actors.runtimes import Runtime
-from clusterfed.actors.spec import PrivacyPlan, privacy_summary
+from clusterfed.actors.spec import PrivacyPlan
 from clusterfed.actors.trace import TraceMode, TraceWriter, TracingRuntime
-from clusterfed.algorithms.cafa import CAFADiagnostics
 from clusterfed.algorithms.diagnostics import as_diagnostics
 from clusterfed.errors import ConfigError, ScenarioWarning
 from clusterfed.protocol import Shutdown, Welcome, decode
@@ -45,7 +44,7 @@ from .checkpoint import Checkpoint, FederationSnapshot, write_checkpoint
 from .global_test import GlobalTest, backdoor_test
 from .provenance import algorithm_record
 from .results import Row, RunRecorder
-from .summary import cbcc_scores, staleness_summary, time_to_accuracy
+from .run_summary import summary_extra
 
 
 def build_server(
@@ -241,21 +240,9 @@ class Federation:
         """Write summary.json and the plots; return the summary and the rows.
         `interrupted`: the run stopped early; the summary covers the rounds
         that finished and says so."""
-        extra = self._strategy_summary()
-        spent = {int(cid): eps for cid, eps in self.server.roster.epsilon.items()}
-        privacy = privacy_summary(self.privacy, spent)
-        if self.server.client_dp is not None:
-            privacy = self.server.client_dp.summary()
-        if privacy is not None:
-            extra["privacy"] = privacy
-        rows = self.recorder.rows
-        extra["target_accuracy"] = self.scenario.target_accuracy
-        extra["time_to_accuracy"] = time_to_accuracy(
-            rows, self.scenario.target_accuracy
+        extra = summary_extra(
+            self.scenario, self.recorder, self.engine, self.server, self.privacy
         )
-        staleness = staleness_summary(rows)
-        if staleness is not None:
-            extra["staleness"] = staleness
         if interrupted:
             extra["interrupted"] = True
         else:
@@ -398,28 +385,3 @@ class Federation:
         reply = await self.server.handle(data, client)
         self.trace.message("answer", client, reply)
         return reply
-
-    def _strategy_summary(self) -> dict[str, Any]:
-        """Summary keys from the strategy's diagnostics of the last round
-        recorded: what they offer (`Diagnostics.summary`: CFL's `splits`),
-        and scores against the ground truth, which only the scenario knows:
-        `cbcc` for CAFA."""
-        last = self.recorder.diagnostics
-        if not self.recorder.rows or last is None:
-            return {}
-        found: dict[str, Any] = dict(last.summary())
-        if not isinstance(last, CAFADiagnostics) or last.cbcc is None:
-            return found
-        iid = self.scenario.partition.iid_groups()
-        engine = self.engine
-        truth = (
-            {
-                cid: engine.partition_groups[cid] in iid
-                for cid in engine.specs
-                if cid in engine.partition_groups
-            }
-            if iid is not None
-            else None
-        )
-        found["cbcc"] = cbcc_scores(last.cbcc, truth)
-        return found

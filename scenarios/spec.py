@@ -14,13 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from clusterfed.actors import DeviceProfile
 from clusterfed.actors.availability import AlwaysOnline, Availability
-from clusterfed.actors.clock import DeadlinePolicy, Fraction, WaitAll
+from clusterfed.actors.clock import DeadlinePolicy, WaitAll
 from clusterfed.actors.compute import ComputeSpec
 from clusterfed.actors.faults import FaultPlan
-from clusterfed.algorithms import Strategy, algorithms, make
-from clusterfed.algorithms.registry import resolve
 from clusterfed.algorithms.robust import Aggregator, Mean, parse_aggregator
-from clusterfed.errors import ConfigError
 from clusterfed.protocol import TrainConfig
 
 from ._base import _Spec
@@ -33,6 +30,7 @@ from .bounds import (
     check_workers,
     default_task_timeout,
 )
+from .capabilities import check_algorithm, check_capabilities
 from .events import Event, Join, Target
 from .faults import Faulty
 from .partitions import (
@@ -45,7 +43,7 @@ from .partitions import (
 )
 from .population import PopulationSpec, check_population
 from .privacy import DPSpec
-from .robustness import check_aggregator, check_attacks
+from .robustness import check_attacks
 from .transforms import TransformSpec, n_transform_groups
 
 # Partitions, bounds and client specs live in modules of their own; the
@@ -274,83 +272,13 @@ class Scenario(_Spec):
 
     @model_validator(mode="after")
     def _algorithm_exists(self) -> Scenario:
-        # Fails here, before anything runs, with the algorithm's own message.
-        try:
-            resolve(self.algorithm)
-        except ConfigError as exc:
-            raise ValueError(f"algorithm: {exc}") from exc
-        try:
-            strategy = make(self.algorithm, **self.params_of(self.algorithm))
-        except ConfigError as exc:
-            raise ValueError(f"algorithm_params.{self.algorithm}: {exc}") from exc
-        if self.mode == "async" and not strategy.supports_async:
-            have = ", ".join(n for n, c in algorithms().items() if c.supports_async)
-            raise ValueError(
-                f"mode: {self.algorithm!r} has no asynchronous mode"
-                f' ({have} have one); use mode = "sync"'
-            )
+        check_algorithm(self)  # capabilities.py
         return self
 
     @model_validator(mode="after")
     def _capabilities_fit(self) -> Scenario:
-        # What the strategy declares (`Strategy.async_only`, `supports_dp`,
-        # `honours_aggregator`) decides; a run that would quietly ignore a
-        # setting config.json records is refused instead.
-        cls = resolve(self.algorithm)
-        if self.mode == "sync" and cls.async_only:
-            raise ValueError(
-                f"mode: {self.algorithm!r} has no synchronous mode;"
-                ' use mode = "async" (--set mode=async)'
-            )
-        if self.dp is not None and self.dp.mechanism == "client":
-            self._check_client_dp(cls)
-        elif self.dp is not None and not cls.supports_dp:
-            raise ValueError(
-                f"dp: {self.algorithm!r} has no local-DP training; use dp = off"
-            )
-        rule = self.aggregator.kind
-        if rule == "mean":
-            return self
-        if self.mode == "sync" and not cls.honours_aggregator:
-            have = ", ".join(n for n, c in algorithms().items() if c.honours_aggregator)
-            raise ValueError(
-                f"aggregator: {self.algorithm!r} does not honour"
-                f' aggregator = "{rule}" ({have} honour one); use'
-                ' aggregator = "mean"'
-            )
-        check_aggregator(self)  # the rule's own assumption (robustness.py)
+        check_capabilities(self)  # capabilities.py
         return self
-
-    def _check_client_dp(self, cls: type[Strategy[Any]]) -> None:
-        # Client-level DP adds its noise to each cluster's sum of clipped
-        # updates, so the round must be one: a strategy that folds, every
-        # update in its cluster's sum (no robust rule, no ranking deadline),
-        # a synchronous round.
-        have = ", ".join(
-            n for n, c in algorithms().items() if c.folds and not c.async_only
-        )
-        if not cls.folds or cls.async_only:
-            raise ValueError(
-                f"dp.mechanism: {self.algorithm!r} does not aggregate a round as"
-                f" each cluster's sum of updates, where client-level DP adds its"
-                f' noise ({have} do); use dp.mechanism = "sample"'
-            )
-        if self.mode == "async":
-            raise ValueError(
-                "dp.mechanism: client-level DP noises a synchronous round's sums;"
-                ' use mode = "sync"'
-            )
-        if self.aggregator.kind != "mean":
-            raise ValueError(
-                "dp.mechanism: client-level DP noises the mean of the clipped"
-                f' updates; aggregator = "{self.aggregator.kind}" is not one'
-            )
-        if isinstance(self.deadline, Fraction):
-            raise ValueError(
-                "dp.mechanism: a fraction deadline ranks every reply before any"
-                " is summed; client-level DP needs the sums as replies arrive"
-                ' (deadline policy "wait_all" or "deadline")'
-            )
 
     @model_validator(mode="after")
     def _targets_exist(self) -> Scenario:

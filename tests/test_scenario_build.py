@@ -27,7 +27,8 @@ from clusterfed.scenarios import (
     RunPlan,
     plan_run,
 )
-from clusterfed.scenarios.build import MODEL_STREAM, _class_table, _spread
+from clusterfed.scenarios.build import MODEL_STREAM
+from clusterfed.scenarios.dealing import _class_table, _spread
 from clusterfed.scenarios.spec import IIDMixPartition
 from clusterfed.seeding import derive_seed
 from helpers import small_scenario
