@@ -9,7 +9,8 @@ simulated now, the scenario engine's position (its timeline, the clients'
 specs and ground-truth groups, who has crashed or straggles, its random
 stream), the results recorder's (how much of rounds.jsonl is written) and
 what the clients keep between rounds (each client's privacy accountant with
-local DP, a faulty client's memory), from the runtime that hosts them; in
+local DP, a faulty client's memory), from the runtime that hosts them, and
+a population's arrays (each registered client's last cluster and round); in
 asynchronous mode the driver's versions and event queue, with the tasks in
 flight (trained when they started, their replies waiting for their arrival
 time). A round's client work depends only on what it receives and on those,
@@ -67,13 +68,18 @@ from clusterfed.actors.snapshots import ServerSnapshot
 from clusterfed.errors import ConfigError
 from clusterfed.folders import TMP
 from clusterfed.scenarios.engine import EngineSnapshot
+from clusterfed.scenarios.population import (
+    PopulationSnapshot,
+    population_snapshot_problem,
+)
 from clusterfed.types import ClientId
 
 CHECKPOINT = "checkpoint.pkl"
 # Bumped when the layout changes; a checkpoint of another format is refused.
 # 4: typed snapshots, the run's parts side by side in `federation`.
 # 5: the server's snapshot holds client-level DP's books (`client_dp`).
-FORMAT = 5
+# 6: a population's arrays (`population`; None for a run without one).
+FORMAT = 6
 MAGIC = b"clusterfed-checkpoint"
 # Inputs live in [0, 1] and runs train with small learning rates: trained
 # weights stay within a few units. A weight past a million is damage (or a
@@ -99,6 +105,7 @@ class FederationSnapshot(TypedDict):
     engine: EngineSnapshot
     recorder: RecorderSnapshot
     clients: dict[ClientId, ClientState]  # a client that keeps nothing is left out
+    population: PopulationSnapshot | None  # None: a run without a population
 
 
 @dataclass(frozen=True)
@@ -280,6 +287,13 @@ def snapshot_problem(federation: object, mode: object = "sync") -> str | None:
     )
     if problem is not None:
         return f"the clock's devices: {problem}"
+    population = federation["population"]
+    if population is not None:
+        problem = _keys_problem(
+            "the population's snapshot", population, PopulationSnapshot
+        ) or population_snapshot_problem(population)
+        if problem is not None:
+            return f"the population's snapshot: {problem}"
     wall_s = federation["recorder"]["wall_s"]
     if not isinstance(wall_s, float) or not 0 <= wall_s < math.inf:
         return f"the recorder's wall_s is {wall_s!r}, expected finite seconds"

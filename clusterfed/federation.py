@@ -123,11 +123,6 @@ class Federation:
         # A lazy population's clients join for their round only.
         self.population: Population | None = None
         if scenario.population is not None:
-            if checkpoint_every or resume is not None:
-                raise ConfigError(
-                    "a population run has no checkpoints yet (its arrays are"
-                    " not in a snapshot); run it without checkpoint_every"
-                )
             self.population = Population(self.plan)
         self.driver: AsyncDriver | None = None
         if scenario.mode == "async":
@@ -309,6 +304,9 @@ class Federation:
             "engine": self.engine.snapshot(),
             "recorder": self.recorder.snapshot(),
             "clients": await self.runtime.states(),
+            "population": None
+            if self.population is None
+            else self.population.snapshot(),
         }
 
     def restore(self, snapshot: FederationSnapshot) -> None:
@@ -317,14 +315,22 @@ class Federation:
         this federation was built, the clients take theirs in `start`).
 
         Raises:
-            ConfigError: the checkpoint's mode is not this run's, or its
-                server state does not fit this run.
+            ConfigError: the checkpoint's mode or population is not this
+                run's, or its server state does not fit this run.
         """
         if (self.driver is None) != (snapshot["driver"] is None):
             mode = "sync" if snapshot["driver"] is None else "async"
             raise ConfigError(
                 f"checkpoint refused: it was taken in {mode} mode, this run's"
                 f" mode is {self.scenario.mode}"
+            )
+        population = snapshot["population"]
+        if (self.population is None) != (population is None):
+            raise ConfigError(
+                "checkpoint refused: it was taken in a run "
+                + ("without" if population is None else "with")
+                + " a population, this scenario has "
+                + ("one" if self.population is not None else "none")
             )
         self.server.restore(snapshot["server"])
         self.clock.now = float(snapshot["sim_now"])
@@ -334,6 +340,8 @@ class Federation:
             raise ConfigError(f"checkpoint refused: the clock's {exc}") from exc
         if self.driver is not None and snapshot["driver"] is not None:
             self.driver.restore(snapshot["driver"])
+        if self.population is not None and population is not None:
+            self.population.restore(population, self.first_round)
 
     async def checkpoint(self) -> Path:
         """Write the run's state after its last recorded round."""

@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -162,6 +162,34 @@ def check_population(scenario: Scenario) -> None:
             )
 
 
+class PopulationSnapshot(TypedDict):
+    """The population's arrays between two rounds (`Population.snapshot`);
+    its specs are rebuilt from the seed and each round's sample comes from
+    the round's own stream, so nothing else is kept."""
+
+    cluster: np.ndarray  # int16, one per registered client
+    last_round: np.ndarray  # int32, one per registered client
+
+
+def population_snapshot_problem(snapshot: PopulationSnapshot) -> str | None:
+    """Why `snapshot`'s arrays are not a population's, or None: one of each
+    dtype, of one length, every value -1 (never sampled) or more."""
+    arrays = (
+        ("cluster", snapshot["cluster"], np.int16),
+        ("last_round", snapshot["last_round"], np.int32),
+    )
+    for name, array, dtype in arrays:
+        if not isinstance(array, np.ndarray) or array.dtype != dtype:
+            return f"its {name} is not an array of {np.dtype(dtype).name}"
+        if array.ndim != 1 or not 1 <= len(array) <= MAX_CLIENTS:
+            return f"its {name} has shape {array.shape}, not one per client"
+        if len(array) and int(array.min()) < -1:
+            return f"its {name} holds {int(array.min())} (-1 is the least)"
+    if len(snapshot["cluster"]) != len(snapshot["last_round"]):
+        return "its cluster and last_round arrays differ in length"
+    return None
+
+
 class Population:
     """The registered clients of a run: ids, on-demand specs, compact state.
 
@@ -272,6 +300,33 @@ class Population:
             await members.remove_client(c, "its round is over")
             clock.forget(ClientId(c))
         self.participants = []
+
+    def snapshot(self) -> PopulationSnapshot:
+        """The arrays, between two rounds (copies)."""
+        return {"cluster": self.cluster.copy(), "last_round": self.last_round.copy()}
+
+    def restore(self, snapshot: PopulationSnapshot, rounds_done: int) -> None:
+        """Take back a checkpoint's arrays.
+
+        Raises:
+            ConfigError: they are not this population's (another count of
+                registered clients) or name a round not yet run.
+        """
+        problem = population_snapshot_problem(snapshot)
+        if problem is None and len(snapshot["cluster"]) != self.n:
+            problem = (
+                f"it registers {len(snapshot['cluster'])} clients, the scenario"
+                f" {self.n}"
+            )
+        if problem is None and int(snapshot["last_round"].max()) >= rounds_done:
+            problem = (
+                f"a client's last round is {int(snapshot['last_round'].max())},"
+                f" after the {rounds_done} rounds done"
+            )
+        if problem is not None:
+            raise ConfigError(f"checkpoint refused: the population: {problem}")
+        self.cluster = snapshot["cluster"].copy()
+        self.last_round = snapshot["last_round"].copy()
 
     def remember(self, assignment: dict[ClientId, Any], round: int) -> None:
         """Keep each participant's cluster and round in the compact arrays."""

@@ -102,7 +102,8 @@ BAD_STATE: ClientState = {"privacy": [(1.0, 2.0, 3)]}  # a sample rate of 2
 FOREIGN: dict[str, tuple[Edit, str]] = {
     "the layout of format 3": (
         _flat,
-        "the checkpoint lacks clients, devices, driver, engine, recorder, server",
+        "the checkpoint lacks clients, devices, driver, engine, population, recorder,"
+        " server",
     ),
     "no snapshot at all": (lambda _: ["server"], "the checkpoint holds a list"),
     "an engine that is a list": (

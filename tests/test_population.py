@@ -12,8 +12,11 @@ from pydantic import ValidationError
 
 import clusterfed
 from clusterfed.actors.runtimes import InlineRuntime
+from clusterfed.checkpoint import read_checkpoint, snapshot_problem
+from clusterfed.errors import ConfigError
 from clusterfed.federation import Federation
 from clusterfed.scenarios import Scenario
+from helpers import read_rounds
 
 BASE: dict[str, Any] = {
     "name": "pop",
@@ -147,15 +150,80 @@ def test_what_a_population_cannot_run_is_refused_by_name(
         population(**changes)
 
 
-def test_a_population_refuses_checkpoints(tmp_path: Path) -> None:
-    with pytest.raises(clusterfed.errors.ConfigError, match="no checkpoints"):
-        Federation(
-            population(),
-            InlineRuntime(),
-            tmp_path,
-            config={"scenario": {}},
-            checkpoint_every=1,
-        )
+def clustered_population(rounds: int) -> Scenario:
+    return population(
+        algorithm="ifca",
+        algorithm_params={"ifca": {"clusters": 2}},
+        transform={"kind": "label_permutation", "groups": 2},
+        rounds=rounds,
+    )
+
+
+def test_a_resumed_population_run_writes_the_rounds_of_an_uninterrupted_one(
+    tmp_path: Path,
+) -> None:
+    scenario = clustered_population(rounds=5)
+    first = clusterfed.run(scenario, out=tmp_path, workers=2, checkpoint_every=2)
+    checkpoint = read_checkpoint(tmp_path)
+    assert checkpoint.rounds_done == 4
+    kept = checkpoint.federation["population"]
+    assert kept is not None and len(kept["cluster"]) == 300
+    # The arrays as the rows of the first four rounds left them.
+    for row in first.rows[:4]:
+        for c in row["clients"]:
+            assert kept["last_round"][c["id"]] >= row["round"]
+    assert int(kept["last_round"].max()) == 3
+    # As if it had been killed while writing round 5's row:
+    (tmp_path / "summary.json").unlink()
+    with (tmp_path / "rounds.jsonl").open("a") as stream:
+        stream.write('{"round": 4, "sim_ti')
+    resumed = clusterfed.resume(tmp_path, workers=1)
+    assert comparable(read_rounds(tmp_path)) == comparable(first.rows)
+    assert comparable(resumed.rows) == comparable(first.rows)
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda p: p.update(cluster=p["cluster"][:10]), "differ in length"),
+        (
+            lambda p: p.update(cluster=p["cluster"].astype(np.int64)),
+            "not an array of int16",
+        ),
+        (lambda p: p["last_round"].__setitem__(0, -5), "holds -5"),
+        (lambda p: p.pop("last_round"), "lacks last_round"),
+    ],
+)
+def test_a_damaged_population_snapshot_is_refused(
+    tmp_path: Path, damage: Any, message: str
+) -> None:
+    clusterfed.run(clustered_population(rounds=3), out=tmp_path, checkpoint_every=1)
+    checkpoint = read_checkpoint(tmp_path)
+    population_part = checkpoint.federation["population"]
+    assert population_part is not None
+    damage(population_part)
+    problem = snapshot_problem(checkpoint.federation)
+    assert problem is not None and message in problem
+
+
+def test_a_population_checkpoint_must_fit_the_scenario(tmp_path: Path) -> None:
+    clusterfed.run(clustered_population(rounds=3), out=tmp_path, checkpoint_every=1)
+    checkpoint = read_checkpoint(tmp_path)
+    bigger = population(
+        population={"registered": 400, "per_round": 8, "max_samples": 200}
+    )
+    federation = Federation(bigger, InlineRuntime(), tmp_path / "x", config={})
+    federation.first_round = checkpoint.rounds_done
+    with pytest.raises(ConfigError, match="registers 300 clients, the scenario 400"):
+        federation.restore(checkpoint.federation)
+    plain = Federation(
+        Scenario.model_validate({**BASE, "dataset": {"name": "digits"}}),
+        InlineRuntime(),
+        tmp_path / "y",
+        config={},
+    )
+    with pytest.raises(ConfigError, match="with a population, this scenario has none"):
+        plain.restore(checkpoint.federation)
 
 
 def test_the_cross_device_scenarios_are_what_their_descriptions_say() -> None:
