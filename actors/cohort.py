@@ -131,23 +131,15 @@ def train_cohort(tasks: Sequence[CohortTask]) -> list[TrainResult]:
         from .cohort_dp import train_private_cohort
 
         return train_private_cohort(tasks)
-    device = tasks[0].trainer.device
-    layout = Layout(tasks[0].trainer.model)
-    start = torch.from_numpy(np.stack([np.asarray(t.weights) for t in tasks]))
-    start = start.to(device)
-    weights = start.clone()
-    pulls = proximal_pulls(tasks, start, config.mu)
-    momentum: torch.Tensor | None = None  # every client steps in the first step
+    stack = StackedWeights(tasks)
+    device, layout, total_dtype = stack.device, stack.layout, stack.total_dtype
     schedules = [_batches(t, config) for t in tasks]
-    # float64 as `LocalTrainer` sums them (MPS has no float64).
-    total_dtype = torch.float32 if device.type == "mps" else torch.float64
     totals = torch.zeros(len(tasks), dtype=total_dtype, device=device)
     seen = [0] * len(tasks)
     step_loss = _step_loss(layout)
     for step in range(max(len(s) for s in schedules)):
         rows = [c for c, schedule in enumerate(schedules) if step < len(schedule)]
-        everyone = len(rows) == len(tasks)
-        index = torch.tensor(rows, device=device)
+        index, flat = stack.select(rows)
         picks = [_padded(schedules[c][step], config.batch_size) for c in rows]
         batches = [
             tasks[c].trainer.batch(i) for c, (i, _) in zip(rows, picks, strict=True)
@@ -155,7 +147,6 @@ def train_cohort(tasks: Sequence[CohortTask]) -> list[TrainResult]:
         x = torch.stack([b[0] for b in batches])
         y = torch.stack([b[1] for b in batches])
         mask = torch.stack([w for _, w in picks]).to(device)
-        flat = weights if everyone else weights.index_select(0, index)
         params = layout.leaves(flat)
         ce = vmap(step_loss)(params, x, y, mask)
         torch.autograd.backward(ce.sum())
@@ -165,22 +156,8 @@ def train_cohort(tasks: Sequence[CohortTask]) -> list[TrainResult]:
             seen[c] += n
         sizes = torch.tensor(counts, dtype=total_dtype, device=device)
         totals.index_add_(0, index, ce.detach().to(total_dtype) * sizes)
-        for anchor, coefficient in pulls:
-            a = anchor if everyone else anchor.index_select(0, index)
-            k = coefficient if everyone else coefficient.index_select(0, index)
-            # grad + k·(w − a), each operation rounded on its own.
-            grad = grad + k[:, None] * (flat - a)
-        rows_momentum = None
-        if momentum is not None:
-            rows_momentum = momentum if everyone else momentum.index_select(0, index)
-        new, buf = sgd_rows(flat, grad, rows_momentum, config)
-        if everyone:
-            weights, momentum = new, buf
-        else:
-            weights.index_copy_(0, index, new)
-            if buf is not None and momentum is not None:
-                momentum.index_copy_(0, index, buf)
-    deltas = (weights - start).cpu().numpy()
+        stack.step(index, flat, grad)
+    deltas = stack.deltas()
     losses = totals.cpu().tolist()
     return [
         TrainResult(
@@ -191,6 +168,67 @@ def train_cohort(tasks: Sequence[CohortTask]) -> list[TrainResult]:
         )
         for c, task in enumerate(tasks)
     ]
+
+
+class StackedWeights:
+    """A cohort's weights as the rows of one [clients, weights] tensor on the
+    device, with each row's proximal pulls and momentum: what the plain
+    (`train_cohort`) and the private (`cohort_dp`) cohort share. A step
+    updates the rows of the clients that train in it; the others keep theirs.
+
+    Attributes:
+        layout: where each parameter lives in a row.
+        start: the rows as received.
+        weights: the rows as trained so far.
+        total_dtype: the dtype of loss sums: float64 as `LocalTrainer` sums
+            them (MPS has no float64).
+    """
+
+    def __init__(self, tasks: Sequence[CohortTask]) -> None:
+        self.config = tasks[0].config
+        self.device = tasks[0].trainer.device
+        self.layout = Layout(tasks[0].trainer.model)
+        start = torch.from_numpy(np.stack([np.asarray(t.weights) for t in tasks]))
+        self.start = start.to(self.device)
+        self.weights = self.start.clone()
+        self.pulls = proximal_pulls(tasks, self.start, self.config.mu)
+        # Every client steps in the first step, which starts the momentum.
+        self.momentum: torch.Tensor | None = None
+        mps = self.device.type == "mps"
+        self.total_dtype = torch.float32 if mps else torch.float64
+
+    def select(self, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The index of `rows` on the device and their weights (the weights
+        themselves, not a copy, when every row is in `rows`)."""
+        index = torch.tensor(rows, device=self.device)
+        if len(rows) == len(self.weights):
+            return index, self.weights
+        return index, self.weights.index_select(0, index)
+
+    def step(self, index: torch.Tensor, flat: torch.Tensor, grad: torch.Tensor) -> None:
+        """One SGD step (`sgd_rows`) of the rows `index`, whose weights
+        `select` gave as `flat`, with gradients `grad` plus the proximal
+        pulls."""
+        everyone = len(index) == len(self.weights)
+        for anchor, coefficient in self.pulls:
+            a = anchor if everyone else anchor.index_select(0, index)
+            k = coefficient if everyone else coefficient.index_select(0, index)
+            # grad + k·(w − a), each operation rounded on its own.
+            grad = grad + k[:, None] * (flat - a)
+        momentum = self.momentum
+        if momentum is not None and not everyone:
+            momentum = momentum.index_select(0, index)
+        new, buf = sgd_rows(flat, grad, momentum, self.config)
+        if everyone:
+            self.weights, self.momentum = new, buf
+        else:
+            self.weights.index_copy_(0, index, new)
+            if buf is not None and self.momentum is not None:
+                self.momentum.index_copy_(0, index, buf)
+
+    def deltas(self) -> np.ndarray:
+        """Each row's trained weights minus its start, on the host."""
+        return (self.weights - self.start).cpu().numpy()
 
 
 def proximal_pulls(

@@ -47,7 +47,7 @@ from torch.nn import functional as F
 from clusterfed.protocol import TrainConfig
 from clusterfed.seeding import derive_seed
 
-from .cohort import CohortTask, Layout, proximal_pulls, sgd_rows
+from .cohort import CohortTask, Layout, StackedWeights
 from .privacy import PrivateTraining, poisson_steps
 from .trainer import DP_NOISE_KEY, DP_SAMPLING_KEY, TrainResult
 
@@ -57,14 +57,9 @@ def train_private_cohort(tasks: Sequence[CohortTask]) -> list[TrainResult]:
     results in the order of `tasks`. Each task's budget must have been
     checked (`LocalTrainer.check_budget`)."""
     config = tasks[0].config
-    device = tasks[0].trainer.device
     privacies = [_privacy(t) for t in tasks]
-    layout = Layout(tasks[0].trainer.model)
-    start = torch.from_numpy(np.stack([np.asarray(t.weights) for t in tasks]))
-    start = start.to(device)
-    weights = start.clone()
-    pulls = proximal_pulls(tasks, start, config.mu)
-    momentum: torch.Tensor | None = None
+    stack = StackedWeights(tasks)
+    device, layout, total_dtype = stack.device, stack.layout, stack.total_dtype
     schedules = [_poisson_batches(t, config) for t in tasks]
     noise = [
         torch.Generator(device).manual_seed(
@@ -75,17 +70,13 @@ def train_private_cohort(tasks: Sequence[CohortTask]) -> list[TrainResult]:
     # Opacus' sampling rate as its accountant and `scale_grad` read it.
     rates = [poisson_steps(t.trainer.n_train, config.batch_size)[0] for t in tasks]
     expected = [int(t.trainer.n_train * r) for t, r in zip(tasks, rates, strict=True)]
-    # Loss sums stay on the device (no sync a step), in float64 as
-    # `LocalTrainer` sums them (MPS has no float64).
-    total_dtype = torch.float32 if device.type == "mps" else torch.float64
+    # Loss sums stay on the device (no sync a step).
     totals = [torch.zeros((), dtype=total_dtype, device=device) for _ in tasks]
     seen = [0] * len(tasks)
     per_sample = _per_sample_grads(layout)
     for step in range(max(len(s) for s in schedules)):
         rows = [c for c, schedule in enumerate(schedules) if step < len(schedule)]
-        everyone = len(rows) == len(tasks)
-        index = torch.tensor(rows, device=device)
-        flat = weights if everyone else weights.index_select(0, index)
+        index, flat = stack.select(rows)
         clipped = _clipped_sums(tasks, rows, schedules, step, flat, layout, per_sample)
         summed, losses = clipped
         for r, c in enumerate(rows):
@@ -103,21 +94,8 @@ def train_private_cohort(tasks: Sequence[CohortTask]) -> list[TrainResult]:
             privacies[c].engine.accountant.step(
                 noise_multiplier=privacies[c].noise_multiplier, sample_rate=rates[c]
             )
-        for anchor, coefficient in pulls:
-            a = anchor if everyone else anchor.index_select(0, index)
-            k = coefficient if everyone else coefficient.index_select(0, index)
-            noisy = noisy + k[:, None] * (flat - a)
-        rows_momentum = None
-        if momentum is not None:
-            rows_momentum = momentum if everyone else momentum.index_select(0, index)
-        new, buf = sgd_rows(flat, noisy, rows_momentum, config)
-        if everyone:
-            weights, momentum = new, buf
-        else:
-            weights.index_copy_(0, index, new)
-            if buf is not None and momentum is not None:
-                momentum.index_copy_(0, index, buf)
-    deltas = (weights - start).cpu().numpy()
+        stack.step(index, flat, noisy)
+    deltas = stack.deltas()
     results = []
     for c, task in enumerate(tasks):
         # Every batch empty (a tiny client, bad luck): the received model's

@@ -20,7 +20,7 @@ from resource import RUSAGE_CHILDREN, RUSAGE_SELF, getrusage
 
 import numpy as np
 import torch
-from dp_steps import OPACUS_NOISE, report, step_costs
+from dp_steps import OPACUS_NOISE, make_private, report, step_costs
 from torch.utils.data import DataLoader
 
 import clusterfed
@@ -69,23 +69,16 @@ def opacus_round(
         derive_seed(trainer.seed, round, DP_NOISE_KEY)
     )
     with quiet_opacus():
-        made = privacy.engine.make_private(
+        module, dp_optimizer, criterion, batches = make_private(
+            privacy.engine,
+            mode,
             module=trainer.model,
             optimizer=optimizer,
-            criterion=torch.nn.CrossEntropyLoss(),
             data_loader=loader,
             noise_multiplier=privacy.noise_multiplier,
             max_grad_norm=privacy.max_grad_norm,
-            poisson_sampling=True,
             noise_generator=noise,
-            grad_sample_mode=mode,
         )
-        # The ghost mode also returns its two-pass loss.
-        if mode == "ghost":
-            module, dp_optimizer, criterion, batches = made
-        else:
-            module, dp_optimizer, batches = made
-            criterion = torch.nn.CrossEntropyLoss()
         for _ in range(config.epochs):
             for x, y in batches:
                 dp_optimizer.zero_grad(set_to_none=True)

@@ -20,6 +20,8 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+from opacus import PrivacyEngine
+from opacus.optimizers import DPOptimizer
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
@@ -34,6 +36,7 @@ from clusterfed.actors.privacy import quiet_opacus
 from clusterfed.models import build_model
 
 Step = Callable[[], object]
+Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 SHAPE = (1, 28, 28)  # Fashion-MNIST
 OPACUS_NOISE = "torch.normal per tensor (Opacus)"
 
@@ -116,42 +119,61 @@ def plain_step(batch: int, seed: int = 0) -> Step:
     return step
 
 
+def make_private(
+    engine: PrivacyEngine,
+    mode: str,
+    *,
+    module: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    data_loader: DataLoader,
+    noise_multiplier: float,
+    max_grad_norm: float,
+    noise_generator: torch.Generator,
+) -> tuple[nn.Module, DPOptimizer, Loss, DataLoader]:
+    """Opacus' `make_private` with Poisson sampling and `grad_sample_mode` =
+    `mode` ("ghost": fast gradient clipping, two backward passes; "hooks":
+    per-sample gradients), one shape of result for either mode: the private
+    module, optimizer, the loss to backpropagate (the ghost mode's two-pass
+    loss, or cross-entropy) and the Poisson loader."""
+    made = engine.make_private(
+        module=module,
+        optimizer=optimizer,
+        criterion=nn.CrossEntropyLoss(),
+        data_loader=data_loader,
+        noise_multiplier=noise_multiplier,
+        max_grad_norm=max_grad_norm,
+        poisson_sampling=True,
+        noise_generator=noise_generator,
+        grad_sample_mode=mode,
+    )
+    if mode == "ghost":
+        private, dp_optimizer, criterion, loader = made
+    else:
+        private, dp_optimizer, loader = made
+        criterion = nn.CrossEntropyLoss()
+    return private, dp_optimizer, criterion, loader
+
+
 def opacus_step(batch: int, mode: str, seed: int = 0) -> Step:
     """One step of Opacus' DP-SGD (σ = 1, C = 1) through `make_private`
-    with `grad_sample_mode` = `mode` ("ghost": fast gradient clipping, two
-    backward passes; "hooks": per-sample gradients), on a fixed batch."""
-    from opacus import PrivacyEngine
-
+    with `grad_sample_mode` = `mode`, on a fixed batch."""
     x, y = _data(batch, seed)
     model = _mlp(seed)
     with quiet_opacus():
-        engine = PrivacyEngine(accountant="rdp")
         loader = DataLoader(
             TensorDataset(x.repeat(100, 1, 1, 1), y.repeat(100)), batch_size=batch
         )
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-        if mode == "ghost":
-            module, dp_optimizer, criterion, _ = engine.make_private(
-                module=model,
-                optimizer=optimizer,
-                criterion=nn.CrossEntropyLoss(),
-                data_loader=loader,
-                noise_multiplier=1.0,
-                max_grad_norm=1.0,
-                noise_generator=torch.Generator().manual_seed(seed),
-                grad_sample_mode="ghost",
-            )
-        else:
-            module, dp_optimizer, _ = engine.make_private(
-                module=model,
-                optimizer=optimizer,
-                data_loader=loader,
-                noise_multiplier=1.0,
-                max_grad_norm=1.0,
-                noise_generator=torch.Generator().manual_seed(seed),
-                grad_sample_mode=mode,
-            )
-            criterion = nn.CrossEntropyLoss()
+        module, dp_optimizer, criterion, _ = make_private(
+            PrivacyEngine(accountant="rdp"),
+            mode,
+            module=model,
+            optimizer=optimizer,
+            data_loader=loader,
+            noise_multiplier=1.0,
+            max_grad_norm=1.0,
+            noise_generator=torch.Generator().manual_seed(seed),
+        )
 
     def step() -> None:
         with quiet_opacus():

@@ -90,17 +90,10 @@ def _run(args: argparse.Namespace) -> int:
     result = run(
         args.scenario,
         out=args.out,
-        runtime=args.runtime,
         algorithm=args.algorithm,
-        rounds=args.rounds,
-        clients=args.clients,
         seed=args.seed,
-        overrides=_overrides(args),
-        workers=_workers(args.workers),
-        ray_address=args.ray_address,
-        clients_per_host=args.clients_per_host,
-        gpus_per_host=args.gpus_per_host,
-        progress=_progress(args),
+        **_scenario_options(args),
+        **_runtime_options(args),
         checkpoint_every=args.checkpoint_every,
         overwrite=args.overwrite,
         trace=args.trace,
@@ -183,15 +176,7 @@ def _resume(args: argparse.Namespace) -> int:
     _loading(args, args.folder)
     from clusterfed.api import resume
 
-    result = resume(
-        args.folder,
-        runtime=args.runtime,
-        workers=_workers(args.workers),
-        ray_address=args.ray_address,
-        clients_per_host=args.clients_per_host,
-        progress=_progress(args),
-        gpus_per_host=args.gpus_per_host,
-    )
+    result = resume(args.folder, **_runtime_options(args))
     _report(result)
     return 0
 
@@ -238,17 +223,10 @@ def _compare(args: argparse.Namespace) -> int:
         args.scenario,
         [a.strip() for a in args.algorithms.split(",") if a.strip()],
         out=args.out,
-        rounds=args.rounds,
-        clients=args.clients,
         seed=args.seed,
         seeds=None if args.seeds is None else parse_seeds(args.seeds),
-        overrides=_overrides(args),
-        runtime=args.runtime,
-        workers=_workers(args.workers),
-        ray_address=args.ray_address,
-        clients_per_host=args.clients_per_host,
-        gpus_per_host=args.gpus_per_host,
-        progress=_progress(args),
+        **_scenario_options(args),
+        **_runtime_options(args),
         overwrite=args.overwrite,
         resume=args.resume,
     )
@@ -269,15 +247,6 @@ def _sweep(args: argparse.Namespace) -> int:
     from clusterfed.seeds import parse_seeds
     from clusterfed.sweeps import parse_grid, sweep, sweep_table
 
-    options: dict[str, Any] = {
-        "rounds": args.rounds,
-        "clients": args.clients,
-        "runtime": args.runtime,
-        "workers": _workers(args.workers),
-        "ray_address": args.ray_address,
-        "clients_per_host": args.clients_per_host,
-        "progress": _progress(args),
-    }
     if args.seed is not None:
         raise ConfigError("a sweep takes --seeds (a count or a list), not --seed")
     result = sweep(
@@ -285,9 +254,9 @@ def _sweep(args: argparse.Namespace) -> int:
         parse_grid(args.grid),
         out=args.out,
         seeds=parse_seeds(args.seeds),
-        overrides=_overrides(args),
         resume=args.resume,
-        **options,
+        **_scenario_options(args),
+        **_runtime_options(args),
     )
     print(sweep_table(result))
     print(f"results: {result.out}")
@@ -312,6 +281,31 @@ def _plot(args: argparse.Namespace) -> int:
         raise ClusterfedError(str(exc)) from exc
     print("\n".join(str(p) for p in written))
     return 0
+
+
+def _scenario_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The scenario's values that `run`, `serve`, `compare` and `sweep` all
+    replace from their options (`cli_parser._common`): --rounds, --clients and
+    the overrides (--set and its shorthands). --seed and --algorithm are not
+    here: a sweep refuses --seed, and compare and sweep take algorithms."""
+    return {
+        "rounds": args.rounds,
+        "clients": args.clients,
+        "overrides": _overrides(args),
+    }
+
+
+def _runtime_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Where and how `run`, `resume`, `compare` and `sweep` run: one list, so
+    that a runtime option reaches every command that parses it."""
+    return {
+        "runtime": args.runtime,
+        "workers": _workers(args.workers),
+        "ray_address": args.ray_address,
+        "clients_per_host": args.clients_per_host,
+        "gpus_per_host": args.gpus_per_host,
+        "progress": _progress(args),
+    }
 
 
 def _overrides(args: argparse.Namespace) -> list[str]:

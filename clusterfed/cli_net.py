@@ -93,7 +93,7 @@ def add_parsers(
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from clusterfed.cli import _overrides, _progress, _report, _workers
+    from clusterfed.cli import _progress, _report, _scenario_options, _workers
     from clusterfed.serve import announce, parse_ids, serve
 
     if args.runtime != "local":
@@ -109,10 +109,8 @@ def _serve(args: argparse.Namespace) -> int:
         join_timeout_s=args.join_timeout,
         frame_timeout_s=args.frame_timeout,
         algorithm=args.algorithm,
-        rounds=args.rounds,
-        clients=args.clients,
         seed=args.seed,
-        overrides=_overrides(args),
+        **_scenario_options(args),
         overwrite=args.overwrite,
         trace=args.trace,
         progress=_progress(args),

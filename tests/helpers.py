@@ -37,6 +37,51 @@ def tiny_trainer() -> LocalTrainer:
     return LocalTrainer(model, x[:20], y[:20], x[20:], y[20:], seed=0)
 
 
+def opacus_hooks_round(
+    trainer: LocalTrainer, weights: np.ndarray, config: TrainConfig, round: int
+) -> np.ndarray:
+    """`trainer`'s DP round from `weights` through Opacus' make_private with
+    its per-sample hooks, on the trainer's own sampling and noise streams:
+    the path clusterfed took before fast gradient clipping and book-keeping,
+    the reference both are held against. Returns the delta."""
+    from torch.utils.data import DataLoader
+
+    from clusterfed.actors.privacy import quiet_opacus
+    from clusterfed.actors.trainer import DP_NOISE_KEY, DP_SAMPLING_KEY
+    from clusterfed.seeding import derive_seed
+
+    privacy = trainer.privacy
+    assert privacy is not None
+    _, _, optimizer = trainer._start_round(weights, config, ())
+    loader = DataLoader(
+        trainer._train_set,
+        batch_size=config.batch_size,
+        generator=torch.Generator().manual_seed(
+            derive_seed(trainer.seed, round, DP_SAMPLING_KEY)
+        ),
+    )
+    with quiet_opacus():
+        module, dp_optimizer, batches = privacy.engine.make_private(
+            module=trainer.model,
+            optimizer=optimizer,
+            data_loader=loader,
+            noise_multiplier=privacy.noise_multiplier,
+            max_grad_norm=privacy.max_grad_norm,
+            poisson_sampling=True,
+            noise_generator=torch.Generator().manual_seed(
+                derive_seed(trainer.seed, round, DP_NOISE_KEY)
+            ),
+            grad_sample_mode="hooks",
+        )
+        for _ in range(config.epochs):
+            for x, y in batches:
+                dp_optimizer.zero_grad(set_to_none=True)
+                torch.nn.functional.cross_entropy(module(x), y).backward()
+                dp_optimizer.step()
+    module.to_standard_module()
+    return get_flat(trainer.model) - weights
+
+
 def tiny_model(seed: int) -> np.ndarray:
     """Flat weights of `tiny_trainer`'s architecture, initialised from `seed`."""
     return get_flat(build_model("mlp", (1, 4, 4), 2, hidden=[5], seed=seed))

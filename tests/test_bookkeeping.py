@@ -21,7 +21,7 @@ from clusterfed.models import build_model, get_flat
 from clusterfed.models.registry import MODELS as MODELS_BY_NAME
 from clusterfed.protocol import TrainConfig
 from clusterfed.scenarios.spec import DPSpec
-from helpers import small_scenario
+from helpers import opacus_hooks_round, small_scenario
 
 
 class _Sequence(nn.Module):
@@ -229,48 +229,6 @@ def test_the_noise_is_the_draws_opacus_adds() -> None:
 # -- the trainer's DP round ----------------------------------------------------
 
 
-def _hooks_round(
-    trainer: LocalTrainer, weights: np.ndarray, config: TrainConfig, round: int
-) -> np.ndarray:
-    """A DP round through Opacus' make_private with per-sample hooks, on the
-    trainer's own sampling and noise streams."""
-    from torch.utils.data import DataLoader
-
-    from clusterfed.actors.trainer import DP_NOISE_KEY, DP_SAMPLING_KEY
-    from clusterfed.seeding import derive_seed
-
-    privacy = trainer.privacy
-    assert privacy is not None
-    _, _, optimizer = trainer._start_round(weights, config, ())
-    loader = DataLoader(
-        trainer._train_set,
-        batch_size=config.batch_size,
-        generator=torch.Generator().manual_seed(
-            derive_seed(trainer.seed, round, DP_SAMPLING_KEY)
-        ),
-    )
-    with quiet_opacus():
-        module, dp_optimizer, batches = privacy.engine.make_private(
-            module=trainer.model,
-            optimizer=optimizer,
-            data_loader=loader,
-            noise_multiplier=privacy.noise_multiplier,
-            max_grad_norm=privacy.max_grad_norm,
-            poisson_sampling=True,
-            noise_generator=torch.Generator().manual_seed(
-                derive_seed(trainer.seed, round, DP_NOISE_KEY)
-            ),
-            grad_sample_mode="hooks",
-        )
-        for _ in range(config.epochs):
-            for x, y in batches:
-                dp_optimizer.zero_grad(set_to_none=True)
-                nn.functional.cross_entropy(module(x), y).backward()
-                dp_optimizer.step()
-    module.to_standard_module()
-    return get_flat(trainer.model) - weights
-
-
 def _trainer(name: str, noise: float, bound: float, n: int = 40) -> LocalTrainer:
     build, shape, classes = MODELS[name]
     torch.manual_seed(5)
@@ -307,7 +265,7 @@ def test_a_dp_round_equals_opacus_hooks_round(name: str, noise: float) -> None:
     every = torch.cat(factors)
     assert (every < 1).any() and (every == 1).any()  # clipping binds on a part
     reference = _trainer(name, noise, BOUNDS[name])
-    expected = _hooks_round(reference, weights, config, round=2)
+    expected = opacus_hooks_round(reference, weights, config, round=2)
     assert np.linalg.norm(expected) > 0
     np.testing.assert_allclose(result.delta, expected, rtol=1e-4, atol=1e-6)
     assert ours.privacy is not None and reference.privacy is not None

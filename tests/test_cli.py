@@ -139,3 +139,63 @@ def test_a_run_with_no_final_accuracy_reports_n_a_and_exits_0(
     summary = json.loads((out / "summary.json").read_text())
     assert summary["final_mean_acc"] is None and summary["final_std_acc"] is None
     assert "final mean accuracy n/a ± n/a" in capsys.readouterr().out
+
+
+# -- one list of options for every command that parses them ---------------------
+
+
+class _Called(Exception):
+    """Stops a command at the call it makes, with the keywords it passed."""
+
+    def __init__(self, keywords: dict[str, object]) -> None:
+        super().__init__("called")
+        self.keywords = keywords
+
+
+def _capture(*_args: object, **keywords: object) -> None:
+    raise _Called(keywords)
+
+
+_COMMANDS = {
+    "run": ("clusterfed.api.run", ["run", "quickstart"]),
+    "resume": ("clusterfed.api.resume", ["resume", "somewhere"]),
+    "compare": ("clusterfed.comparison.compare", ["compare", "quickstart"]),
+    "sweep": ("clusterfed.sweeps.sweep", ["sweep", "quickstart", "--out", "x"]),
+    "serve": ("clusterfed.serve.serve", ["serve", "quickstart", "--external", "0"]),
+}
+_SCENARIO_OPTIONS = ["--rounds", "3", "--clients", "4", "--cohort", "2"]
+_RUNTIME_OPTIONS = ["--workers", "2", "--clients-per-host", "5"]
+
+
+def _keywords(
+    monkeypatch: pytest.MonkeyPatch, command: str, extra: list[str]
+) -> dict[str, object]:
+    target, args = _COMMANDS[command]
+    monkeypatch.setattr(target, _capture)
+    more = ["--algorithms", "fedavg"] if command == "compare" else []
+    more += ["--grid", "train.lr=0.1"] if command == "sweep" else []
+    more += [] if command == "resume" else ["--set", "train.lr=0.2"]
+    with pytest.raises(_Called) as called:
+        main([*args, *more, *extra, "--quiet"])
+    return called.value.keywords
+
+
+@pytest.mark.parametrize("command", ["run", "compare", "sweep", "serve"])
+def test_every_scenario_command_passes_rounds_clients_and_overrides(
+    monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    keywords = _keywords(monkeypatch, command, _SCENARIO_OPTIONS)
+    assert keywords["rounds"] == 3 and keywords["clients"] == 4
+    assert keywords["overrides"] == ["compute.cohort=2", "train.lr=0.2"]
+
+
+@pytest.mark.parametrize("command", ["run", "resume", "compare", "sweep"])
+def test_every_command_that_parses_runtime_options_passes_them_all(
+    monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    # A sweep once dropped --gpus-per-host.
+    extra = [*_RUNTIME_OPTIONS, "--runtime", "ray", "--gpus-per-host", "0.5"]
+    keywords = _keywords(monkeypatch, command, extra)
+    assert keywords["runtime"] == "ray" and keywords["gpus_per_host"] == 0.5
+    assert keywords["workers"] == 2 and keywords["clients_per_host"] == 5
+    assert keywords["ray_address"] is None and keywords["progress"] is False

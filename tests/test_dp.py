@@ -40,7 +40,7 @@ from clusterfed.scenarios import (
     with_overrides,
 )
 from clusterfed.scenarios.spec import DPSpec
-from helpers import read_rounds, small_scenario
+from helpers import opacus_hooks_round, read_rounds, small_scenario
 
 DP = DPSpec(epsilon=10)
 # Opacus' get_noise_multiplier stops within this much of the target ε.
@@ -320,49 +320,6 @@ def test_the_accountant_records_the_planned_rate_and_steps() -> None:
     assert not hasattr(trainer.model, "autograd_grad_sample_hooks")  # unwrapped
 
 
-def _hooks_reference(
-    trainer: LocalTrainer, weights: np.ndarray, config: TrainConfig, round: int
-) -> np.ndarray:
-    """The same DP round through Opacus' default per-sample hooks (with the
-    trainer's own sampling and noise streams): the path clusterfed used before
-    fast gradient clipping and book-keeping, kept here as the reference."""
-    from torch.utils.data import DataLoader
-
-    from clusterfed.actors.privacy import quiet_opacus
-    from clusterfed.actors.trainer import DP_NOISE_KEY, DP_SAMPLING_KEY
-    from clusterfed.seeding import derive_seed
-
-    privacy = trainer.privacy
-    assert privacy is not None
-    params, _, optimizer = trainer._start_round(weights, config, ())
-    loader = DataLoader(
-        trainer._train_set,
-        batch_size=config.batch_size,
-        generator=torch.Generator().manual_seed(
-            derive_seed(trainer.seed, round, DP_SAMPLING_KEY)
-        ),
-    )
-    module, dp_optimizer, batches = privacy.engine.make_private(
-        module=trainer.model,
-        optimizer=optimizer,
-        data_loader=loader,
-        noise_multiplier=privacy.noise_multiplier,
-        max_grad_norm=privacy.max_grad_norm,
-        poisson_sampling=True,
-        noise_generator=torch.Generator().manual_seed(
-            derive_seed(trainer.seed, round, DP_NOISE_KEY)
-        ),
-    )
-    with quiet_opacus():
-        for _ in range(config.epochs):
-            for x, y in batches:
-                dp_optimizer.zero_grad(set_to_none=True)
-                torch.nn.functional.cross_entropy(module(x), y).backward()
-                dp_optimizer.step()
-    module.to_standard_module()
-    return get_flat(trainer.model) - weights
-
-
 @pytest.mark.parametrize("noise", [0.0, 1.1])
 def test_one_backward_clipping_equals_opacus_hooks(noise: float) -> None:
     # Clipping at 0.05 binds for every sample of this model and data.
@@ -376,7 +333,7 @@ def test_one_backward_clipping_equals_opacus_hooks(noise: float) -> None:
     ours = _tiny_trainer(30, private())
     result = ours.train(_weights(), config, round=3)
     reference = _tiny_trainer(30, private())
-    expected = _hooks_reference(reference, _weights(), config, round=3)
+    expected = opacus_hooks_round(reference, _weights(), config, round=3)
     assert np.linalg.norm(expected) > 0
     np.testing.assert_allclose(result.delta, expected, rtol=1e-5, atol=1e-7)
     assert ours.privacy is not None and reference.privacy is not None

@@ -11,38 +11,19 @@ bytes and reads them back to the same messages.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
-from clusterfed.protocol import (
-    ClassHistogram,
-    ClusterModel,
-    DataSubspace,
-    DescribeTask,
-    Envelope,
-    ErrorReply,
-    EvaluateReply,
-    EvaluateTask,
-    IdentityRule,
-    JoinRequest,
-    LeaveNotice,
-    Message,
-    PeerModel,
-    ProbeReply,
-    ProbeScore,
-    ProbeTask,
-    Shutdown,
-    TrainConfig,
-    TrainTask,
-    UpdateReply,
-    Welcome,
-)
+from clusterfed import protocol
 from clusterfed.protocol.transport import (
     Accepted,
     Auth,
     Challenge,
     ClientData,
+    Control,
     Hello,
     Leave,
     Refused,
@@ -54,13 +35,15 @@ WIRE = Path(__file__).resolve().parent / "data" / "wire"
 TOKEN = "0123456789abcdef0123456789abcdef"
 NONCE = bytes(range(16))
 
+T = TypeVar("T")
+
 
 def _weights(*values: float) -> np.ndarray:
     return np.array(values, dtype=np.float32)
 
 
-def _down(payload: Message, n: int, round: int = 0) -> Envelope:
-    return Envelope(
+def _down(payload: protocol.Message, n: int, round: int = 0) -> protocol.Envelope:
+    return protocol.Envelope(
         msg_id=f"3fa9c1:{n}",
         sender="server",
         recipient="client/3",
@@ -69,9 +52,11 @@ def _down(payload: Message, n: int, round: int = 0) -> Envelope:
     )
 
 
-def _up(payload: Message, request: str | None, round: int = 0) -> Envelope:
+def _up(
+    payload: protocol.Message, request: str | None, round: int = 0
+) -> protocol.Envelope:
     msg_id = f"client/3:re:{request}" if request else "client/3:join"
-    return Envelope(
+    return protocol.Envelope(
         msg_id=msg_id,
         sender="client/3",
         recipient="server",
@@ -81,28 +66,21 @@ def _up(payload: Message, request: str | None, round: int = 0) -> Envelope:
     )
 
 
-def messages() -> dict[str, Envelope]:
-    """name → envelope: every message kind at least once."""
-    model = ClusterModel(cluster=0, weights=_weights(0.5, -1.0, 2.0))
-    return {
-        "join_request": _up(JoinRequest(client_id=3, n_train=90, n_test=23), None, -1),
-        "welcome": _down(Welcome(client_id=3, cluster=0), 0, -1),
-        "train_task": _down(
-            TrainTask(models=(model,), config=TrainConfig(lr=0.05, batch_size=16)), 1
-        ),
-        "train_task_ifca": _down(
-            TrainTask(
-                models=(
-                    model,
-                    ClusterModel(cluster="global", weights=_weights(1, 2, 3)),
-                ),
-                config=TrainConfig(),
-                identity=IdentityRule(name="min_loss"),
+def messages() -> dict[str, protocol.Envelope]:
+    """name → envelope: every message kind once, named by its kind, and the
+    variants of a kind that carry more, named `<kind>_<variant>`."""
+    model = protocol.ClusterModel(cluster=0, weights=_weights(0.5, -1.0, 2.0))
+    one_of_each = [
+        _up(protocol.JoinRequest(client_id=3, n_train=90, n_test=23), None, -1),
+        _down(protocol.Welcome(client_id=3, cluster=0), 0, -1),
+        _down(
+            protocol.TrainTask(
+                models=(model,), config=protocol.TrainConfig(lr=0.05, batch_size=16)
             ),
-            2,
+            1,
         ),
-        "update_reply": _up(
-            UpdateReply(
+        _up(
+            protocol.UpdateReply(
                 cluster=0,
                 delta=_weights(0.25, 0.0, -0.125),
                 n_samples=90,
@@ -111,37 +89,64 @@ def messages() -> dict[str, Envelope]:
             ),
             "3fa9c1:1",
         ),
-        "evaluate_task": _down(EvaluateTask(model=model), 3),
-        "evaluate_reply": _up(
-            EvaluateReply(cluster=0, accuracy=0.5, loss=1.25, n_samples=23),
+        _down(protocol.EvaluateTask(model=model), 3),
+        _up(
+            protocol.EvaluateReply(cluster=0, accuracy=0.5, loss=1.25, n_samples=23),
             "3fa9c1:3",
         ),
-        "describe_task": _down(DescribeTask(), 4),
-        "class_histogram": _up(
-            ClassHistogram(client_id=3, counts=(40, 50)), "3fa9c1:4"
-        ),
-        "describe_task_subspace": _down(
-            DescribeTask(want="data_subspace", n_basis=1, per_class=False), 5
-        ),
-        "data_subspace": _up(
-            DataSubspace(client_id=3, basis=np.array([[1.0], [0.0]], np.float32)),
+        _down(protocol.DescribeTask(), 4),
+        _up(protocol.ClassHistogram(client_id=3, counts=(40, 50)), "3fa9c1:4"),
+        _up(
+            protocol.DataSubspace(
+                client_id=3, basis=np.array([[1.0], [0.0]], np.float32)
+            ),
             "3fa9c1:5",
         ),
-        "probe_task": _down(
-            ProbeTask(models=(PeerModel(owner=1, weights=_weights(1, 2, 3)),)), 6
+        _down(
+            protocol.ProbeTask(
+                models=(protocol.PeerModel(owner=1, weights=_weights(1, 2, 3)),)
+            ),
+            6,
         ),
-        "probe_reply": _up(
-            ProbeReply(
-                scores=(ProbeScore(owner=1, accuracy=0.25, loss=2.0),), n_samples=23
+        _up(
+            protocol.ProbeReply(
+                scores=(protocol.ProbeScore(owner=1, accuracy=0.25, loss=2.0),),
+                n_samples=23,
             ),
             "3fa9c1:6",
         ),
-        "error": _up(ErrorReply(code="diverged", message="loss is nan"), "3fa9c1:1"),
-        "leave": _up(LeaveNotice(client_id=3, reason="done"), None, -1).model_copy(
+        _up(protocol.ErrorReply(code="diverged", message="loss is nan"), "3fa9c1:1"),
+        _up(protocol.LeaveNotice(client_id=3, reason="done"), None, -1).model_copy(
             update={"msg_id": "client/3:leave"}
         ),
-        "shutdown": _down(Shutdown(reason="end of run"), 7, -1),
+        _down(protocol.Shutdown(reason="end of run"), 7, -1),
+    ]
+    variants = {
+        "ifca": _down(
+            protocol.TrainTask(
+                models=(
+                    model,
+                    protocol.ClusterModel(cluster="global", weights=_weights(1, 2, 3)),
+                ),
+                config=protocol.TrainConfig(),
+                identity=protocol.IdentityRule(name="min_loss"),
+            ),
+            2,
+        ),
+        "subspace": _down(
+            protocol.DescribeTask(want="data_subspace", n_basis=1, per_class=False), 5
+        ),
     }
+    named = _by_name(one_of_each, lambda e: e.payload.kind)
+    return named | {f"{e.payload.kind}_{v}": e for v, e in variants.items()}
+
+
+def _by_name(examples: list[T], name: Callable[[T], str]) -> dict[str, T]:
+    """`examples` by their `name`, which must differ."""
+    named = {name(e): e for e in examples}
+    if len(named) != len(examples):
+        raise ValueError("two examples of one kind: name the second a variant")
+    return named
 
 
 def controls() -> dict[str, bytes]:
@@ -155,15 +160,21 @@ def controls() -> dict[str, bytes]:
         y_test=np.array([0], np.int64),
         n_classes=2,
     )
-    return {
-        "hello": encode_control(Hello(protocol_version=2, client_id=3, want=("spec",))),
-        "challenge": encode_control(Challenge(nonce=NONCE)),
-        "auth": encode_control(Auth(mac=mac(TOKEN, NONCE, 3))),
-        "accepted": encode_control(Accepted(client_id=3, data=data)),
-        "refused": encode_control(Refused(reason="client 3: wrong credentials")),
-        "update": encode_control(Update(spec='{"id": 3}')),
-        "leave_order": encode_control(Leave(reason="scenario: leave")),
-    }
+    one_of_each: list[Control] = [
+        Hello(protocol_version=2, client_id=3, want=("spec",)),
+        Challenge(nonce=NONCE),
+        Auth(mac=mac(TOKEN, NONCE, 3)),
+        Accepted(client_id=3, data=data),
+        Refused(reason="client 3: wrong credentials"),
+        Update(spec='{"id": 3}'),
+        Leave(reason="scenario: leave"),
+    ]
+    # Named by its type, but the server's `leave` order, which a client's
+    # leave notice (a message kind) names already.
+    named = _by_name(
+        one_of_each, lambda c: "leave_order" if isinstance(c, Leave) else c.type
+    )
+    return {name: encode_control(c) for name, c in named.items()}
 
 
 def write() -> None:
