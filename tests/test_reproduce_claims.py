@@ -442,8 +442,9 @@ def test_the_page_says_each_experiment_s_seed_count(tmp_path: Path) -> None:
     ten = outcome(ocfl.EXPERIMENTS[1], {"ocfl": [0.9] * 10})
     page = tmp_path / "PAGE.md"
     write_page([three, ten], "cmd", page, 1.0, [])
-    assert "Each experiment ran 3 or 10 (each section's “Run by” says which)" in (
-        page.read_text()
+    assert (
+        "Each experiment ran 3 or 10 seeds (each section's “Run by” says which):"
+        in (page.read_text())
     )
     write_page([three], "cmd", page, 1.0, [])
     assert "Each experiment ran 3 seeds:" in page.read_text()

@@ -222,7 +222,7 @@ def write_page(
     ]
     if seeds > 1:
         lines += [
-            f"Each experiment ran {_counted(counts)} seeds: numbers are means over"
+            f"Each experiment ran {_counted(counts)}: numbers are means over"
             " the seeds ± the half-width of their 95 % Student t interval, and a"
             " claim is decided from the interval of its difference taken seed by seed"
             " (holds: the whole interval is on the paper's side; does not hold:"
@@ -257,8 +257,8 @@ def write_page(
 
 
 def _counted(counts: Sequence[int]) -> str:
-    """`3`, or `3 or 10 (each section's runs say which)` where they differ."""
+    """`3 seeds`, or `3 or 10 seeds (each section's “Run by” says which)`."""
     if len(counts) == 1:
-        return str(counts[0])
+        return f"{counts[0]} seeds"
     listed = ", ".join(map(str, counts[:-1])) + f" or {counts[-1]}"
-    return f"{listed} (each section's “Run by” says which)"
+    return f"{listed} seeds (each section's “Run by” says which)"
