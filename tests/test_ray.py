@@ -277,3 +277,34 @@ def test_ctrl_c_on_ray_checkpoints_the_round_in_flight_and_resumes(
     assert resumed.summary["rounds"] == 5
     whole = clusterfed.run(scenario, out=tmp_path / "local")
     assert without_wall_time(read_rounds(out)) == without_wall_time(whole.rows)
+
+
+def test_a_population_checkpoint_taken_on_ray_resumes_to_the_local_rows(
+    tmp_path: Path,
+) -> None:
+    from clusterfed.scenarios import Scenario
+
+    scenario = Scenario.model_validate(
+        {
+            "name": "pop",
+            "dataset": {"name": "synthetic"},
+            "model": {"name": "mlp", "hidden": []},
+            "train": {"epochs": 1, "batch_size": 10, "lr": 0.01},
+            "population": {"registered": 500, "per_round": 6, "max_samples": 100},
+            "algorithm": "ifca",
+            "algorithm_params": {"ifca": {"clusters": 2}},
+            "transform": {"kind": "label_permutation", "groups": 2},
+            "rounds": 4,
+        }
+    )
+    out = tmp_path / "ray"
+    clusterfed.run(scenario, out=out, runtime="ray", checkpoint_every=2)
+    kept = read_checkpoint(out).federation["population"]
+    assert kept is not None and int(kept["last_round"].max()) == 1
+    # As if it had been killed while writing round 3's row:
+    (out / "summary.json").unlink()
+    with (out / "rounds.jsonl").open("a") as stream:
+        stream.write('{"round": 2, "sim_ti')
+    clusterfed.resume(out)
+    whole = clusterfed.run(scenario, out=tmp_path / "local", workers=2)
+    assert without_wall_time(read_rounds(out)) == without_wall_time(whole.rows)
