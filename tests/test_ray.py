@@ -18,7 +18,7 @@ import clusterfed
 from clusterfed.actors.runtimes.base import KEEP_AT_LEAST
 from clusterfed.actors.runtimes.ray import RayRuntime
 from clusterfed.checkpoint import read_checkpoint
-from clusterfed.scenarios import Join
+from clusterfed.scenarios import Join, Scenario
 from clusterfed.scenarios.spec import ModelSpec
 from helpers import read_rounds, small_scenario, without_wall_time
 
@@ -220,23 +220,30 @@ def test_cohort_runs_give_the_same_rows_on_ray_and_locally(tmp_path: Path) -> No
     ]
 
 
-def test_a_population_reuses_its_hosts_and_gives_the_local_rows(
-    tmp_path: Path,
-) -> None:
-    # Each round's sampled clients join, then leave: the next round's fill
-    # the hosts they left instead of starting new ones.
-    from clusterfed.scenarios import Scenario
-
-    scenario = Scenario.model_validate(
+def _population(registered: int, **changes: Any) -> Scenario:
+    """A synthetic population of `registered` clients, 6 of them a round."""
+    return Scenario.model_validate(
         {
             "name": "pop",
             "dataset": {"name": "synthetic"},
             "model": {"name": "mlp", "hidden": []},
             "train": {"epochs": 1, "batch_size": 10, "lr": 0.01},
-            "population": {"registered": 1000, "per_round": 6, "max_samples": 100},
-            "rounds": 3,
+            "population": {
+                "registered": registered,
+                "per_round": 6,
+                "max_samples": 100,
+            },
+            **changes,
         }
     )
+
+
+def test_a_population_reuses_its_hosts_and_gives_the_local_rows(
+    tmp_path: Path,
+) -> None:
+    # Each round's sampled clients join, then leave: the next round's fill
+    # the hosts they left instead of starting new ones.
+    scenario = _population(registered=1000, rounds=3)
     hosts: list[int] = []
 
     def count(row: dict[str, Any]) -> None:
@@ -282,20 +289,12 @@ def test_ctrl_c_on_ray_checkpoints_the_round_in_flight_and_resumes(
 def test_a_population_checkpoint_taken_on_ray_resumes_to_the_local_rows(
     tmp_path: Path,
 ) -> None:
-    from clusterfed.scenarios import Scenario
-
-    scenario = Scenario.model_validate(
-        {
-            "name": "pop",
-            "dataset": {"name": "synthetic"},
-            "model": {"name": "mlp", "hidden": []},
-            "train": {"epochs": 1, "batch_size": 10, "lr": 0.01},
-            "population": {"registered": 500, "per_round": 6, "max_samples": 100},
-            "algorithm": "ifca",
-            "algorithm_params": {"ifca": {"clusters": 2}},
-            "transform": {"kind": "label_permutation", "groups": 2},
-            "rounds": 4,
-        }
+    scenario = _population(
+        registered=500,
+        rounds=4,
+        algorithm="ifca",
+        algorithm_params={"ifca": {"clusters": 2}},
+        transform={"kind": "label_permutation", "groups": 2},
     )
     out = tmp_path / "ray"
     clusterfed.run(scenario, out=out, runtime="ray", checkpoint_every=2)
