@@ -326,7 +326,7 @@ def robust_mean(
         warnings.warn(f"a cluster of {reason}", AssumptionWarning, stacklevel=2)
         if isinstance(aggregator, Krum | Bulyan):  # undefined: no step
             return np.zeros_like(np.asarray(vectors[0], dtype=np.float64))
-    stack = np.stack([np.asarray(v, dtype=np.float64) for v in vectors])
+    stack = _stack(vectors)
     for step in aggregator.pre:
         if step == "nnm":
             stack = defences.nnm(stack, min(aggregator.nnm_f, (len(stack) - 1) // 2))
@@ -353,8 +353,7 @@ def _fold(
     if isinstance(aggregator, TrimmedMean):
         return np.asarray(trim_mean(stack, aggregator.beta, axis=0))
     if isinstance(aggregator, Krum):
-        chosen = krum(stack, aggregator.f, aggregator.m)
-        return np.asarray(stack[chosen].mean(axis=0))
+        return defences.mean_of_rows(stack, krum(stack, aggregator.f, aggregator.m))
     if isinstance(aggregator, GeometricMedian):
         return defences.geometric_median(stack, aggregator.nu, aggregator.iterations)
     if isinstance(aggregator, CenteredClipping):
@@ -373,6 +372,18 @@ def _fold(
     return defences.signguard(
         stack, aggregator.lower, aggregator.upper, aggregator.share, seed
     )
+
+
+def _stack(vectors: Sequence[np.ndarray]) -> np.ndarray:
+    """`np.stack` of the vectors as float64, filled row by row (no float64
+    copy of each beside the stack)."""
+    shape = np.shape(vectors[0])
+    stack = np.empty((len(vectors), *shape), dtype=np.float64)
+    for row, vector in zip(stack, vectors, strict=True):
+        if np.shape(vector) != shape:  # assignment would broadcast it
+            raise ValueError(f"an update of shape {np.shape(vector)}, not {shape}")
+        row[...] = vector
+    return stack
 
 
 def clip_norms(

@@ -5,6 +5,7 @@ composition, and the assumptions a scenario is refused for."""
 from __future__ import annotations
 
 import importlib
+import tracemalloc
 from pathlib import Path
 
 import byzfl
@@ -85,6 +86,53 @@ def test_bucketing_equals_byzfls_for_the_same_shuffle(
     )
     seed = 3
     assert_allclose(defences.bucketing(STACK, 3, seed), byzfl.Bucketing(s=3)(STACK))
+
+
+# Wider than one block of `distances_to` (16,384 columns), four rows one
+# update repeated (mimic's copies): the rules read a stack block by block and
+# by matrix products, never a whole difference of it.
+WIDE = np.random.default_rng(11).normal(size=(11, 40_000))
+WIDE[:4] = WIDE[4]
+
+
+def test_rules_on_a_wide_stack_with_copies_equal_byzfls() -> None:
+    ones = [1.0] * len(WIDE)
+    assert_allclose(
+        robust_mean(list(WIDE), ones, GeometricMedian()),
+        byzfl.GeometricMedian(nu=1e-6, T=8)(WIDE),
+    )
+    assert_allclose(
+        robust_mean(list(WIDE), ones, CenteredClipping(tau=150.0, iterations=3)),
+        byzfl.CenteredClipping(L=3, tau=150.0)(WIDE),
+    )
+    assert_allclose(defences.nnm(WIDE, 3), byzfl.NNM(f=3)(WIDE))
+
+
+@pytest.mark.parametrize("block", [1, 7, 6, 1 << 14])
+def test_distances_by_blocks_equal_the_norm_of_the_difference(block: int) -> None:
+    point = STACK[3] + 0.5
+    assert_allclose(
+        defences.distances_to(STACK, point, block=block),
+        np.linalg.norm(STACK - point, axis=1),
+    )
+
+
+def test_nnm_never_holds_a_copy_of_the_stack_per_neighbour() -> None:
+    stack = np.random.default_rng(5).normal(size=(40, 20_000))
+    tracemalloc.start()
+    try:
+        defences.nnm(stack, 8)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # Gathering each row's 32 neighbours would take 32 stacks (for 100
+    # Fashion-MNIST updates, 28 GB); the mixing matrix takes one.
+    assert peak < 2 * stack.nbytes
+
+
+def test_updates_of_another_shape_are_refused_not_broadcast() -> None:
+    with pytest.raises(ValueError, match=r"shape \(1,\), not \(6,\)"):
+        robust_mean([STACK[0], STACK[1][:1], STACK[2]], [1.0] * 3, Median())
 
 
 # -- by hand, where ByzFL has no such rule -------------------------------------------
