@@ -113,11 +113,14 @@ def bulyan(stack: np.ndarray, f: int) -> np.ndarray:
 
 def dnc(
     stack: np.ndarray, f: int, c: float, iterations: int, dims: int, seed: int
-) -> np.ndarray:
+) -> np.ndarray | None:
     """Divide-and-Conquer (Shejwalkar & Houmansadr, NDSS 2021, Algorithm 2):
     each iteration samples `dims` coordinates, projects the centred updates
     on their top right singular vector and keeps the n − c·f of smallest
-    squared projection; the mean of the rows every iteration kept."""
+    squared projection; the mean of the rows every iteration kept. None
+    where no row was kept by every iteration, a case the paper leaves
+    undefined (in a small cluster each sample can drop another row: with
+    n = 5, f = 1 about 1 random stack in 100)."""
     n, d = stack.shape
     rng = np.random.default_rng(seed)
     good = set(range(n))
@@ -129,7 +132,7 @@ def dnc(
         _, _, vt = np.linalg.svd(centred, full_matrices=False)
         scores = (centred @ vt[0]) ** 2
         good &= {int(i) for i in np.argsort(scores, kind="stable")[:keep]}
-    return mean_of_rows(stack, sorted(good))
+    return mean_of_rows(stack, sorted(good)) if good else None
 
 
 def signguard(

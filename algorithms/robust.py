@@ -365,10 +365,24 @@ def _fold(
         return defences.bulyan(stack, aggregator.f)
     seed = defences.vector_seed(stack)
     if isinstance(aggregator, DnC):
-        f = aggregator.f
-        return defences.dnc(
-            stack, f, aggregator.c, aggregator.iterations, aggregator.dims, seed
+        kept = defences.dnc(
+            stack,
+            aggregator.f,
+            aggregator.c,
+            aggregator.iterations,
+            aggregator.dims,
+            seed,
         )
+        if kept is None:  # a mean of no rows would be NaN: no step instead
+            warnings.warn(
+                f"dnc: no update of the {len(stack)} survived all"
+                f" {aggregator.iterations} of its filtering rounds; the"
+                " cluster keeps its model this step",
+                AssumptionWarning,
+                stacklevel=3,
+            )
+            return np.zeros(stack.shape[1:])
+        return kept
     return defences.signguard(
         stack, aggregator.lower, aggregator.upper, aggregator.share, seed
     )

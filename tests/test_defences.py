@@ -18,6 +18,7 @@ from clusterfed.algorithms import defences
 from clusterfed.algorithms.robust import (
     AGGREGATOR_ADAPTER,
     AGGREGATORS,
+    AssumptionWarning,
     Bulyan,
     CenteredClipping,
     DnC,
@@ -128,6 +129,18 @@ def test_nnm_never_holds_a_copy_of_the_stack_per_neighbour() -> None:
     # Gathering each row's 32 neighbours would take 32 stacks (for 100
     # Fashion-MNIST updates, 28 GB); the mixing matrix takes one.
     assert peak < 2 * stack.nbytes
+
+
+def test_dnc_keeping_no_row_leaves_the_model_with_a_warning() -> None:
+    # Each row an outlier on a coordinate of its own; one coordinate a
+    # sample: each of 40 samples drops the row of its coordinate, and over
+    # them every row is dropped once. A mean of no rows would be NaN.
+    stack = 10.0 * np.eye(5)
+    rule = DnC(f=1, c=1.0, iterations=40, dims=1)
+    assert defences.dnc(stack, 1, 1.0, 40, 1, seed=0) is None
+    with pytest.warns(AssumptionWarning, match="no update of the 5 survived"):
+        step = robust_mean(list(stack), [1.0] * 5, rule)
+    assert_allclose(step, np.zeros(5))
 
 
 def test_updates_of_another_shape_are_refused_not_broadcast() -> None:
