@@ -66,3 +66,13 @@ def test_the_page_names_what_is_not_recorded(tmp_path: Path) -> None:
     text = page.read_text()
     assert "*(0.17)*" in text  # FLANDERS' FedAvg under ALIE, beside our cell
     assert "Not recorded yet (144)" in text  # 132 cells, 12 clustered rows
+
+
+def test_the_page_says_flanders_lie_is_another_shift(tmp_path: Path) -> None:
+    page = tmp_path / "BYZANTINE.md"
+    write_page([], "python bench/byzantine.py --no-run", page, quick=False)
+    text = page.read_text()
+    # FLANDERS' z: Φ(49/80) = Φ(0.6125) ≈ 0.7299; Baruch et al.'s for n = 100,
+    # f = 20: Φ⁻¹(69/100) ≈ 0.4959 (tables of the standard normal).
+    assert "z = Φ(49/80) = 0.73" in text
+    assert "Φ⁻¹((n − s)/n) = 0.50 here (s = ⌊n/2 + 1⌋ − f = 31)" in text
