@@ -13,9 +13,13 @@ forged reply like any other (its norm bound applies).
 
 What each attack knows:
 
-- the colluding ones (`alie`, `ipm`, `minmax`, `minsum`): the honest updates
-  of the round's attackers of the same behaviour (the coalition), as the
-  issue defines it: they see each other's honest updates;
+- the colluding ones (`alie`, `ipm`, `minmax`, `minsum`): by default
+  (`knowledge = "coalition"`) the honest updates of the round's attackers
+  of the same behaviour (the coalition): they see each other's honest
+  updates; with `knowledge = "all"` every honest client's update of the
+  round too (the attacker who knows the benign updates: IPM's paper,
+  Shejwalkar & Houmansadr's full-knowledge setting; the coalition's size,
+  not the updates seen, is ALIE's f);
 - `mimic`: the update of the honest client of the lowest id that replied
   (an honest update is what it copies);
 - `fang`: the coalition's honest updates and the rule in use (Fang et al.
@@ -102,7 +106,8 @@ class Adversary:
         vectors: dict[ClientId, np.ndarray] = {}
         for behaviour, members in coalitions.items():
             plan = due[members[0]]
-            known = np.stack([seen[c] for c in members])
+            sources = members + (honest if plan.knowledge == "all" else [])
+            known = np.stack([seen[c] for c in sources])
             try:
                 if behaviour == "gaussian":
                     for c in members:
@@ -117,7 +122,9 @@ class Adversary:
                         raise ValueError("mimic needs an honest update, none came")
                     vector = attacks.mimic(np.stack([seen[honest[0]]]))
                 else:
-                    vector = self._colluding(behaviour, plan, known, len(exchanges))
+                    vector = self._colluding(
+                        behaviour, plan, known, len(exchanges), len(members)
+                    )
             except ValueError as exc:
                 warnings.warn(
                     f"round {round}: {behaviour} left {members} honest: {exc}",
@@ -143,7 +150,11 @@ class Adversary:
 
     @staticmethod
     def _colluding(
-        behaviour: str, plan: FaultPlan, known: np.ndarray, participants: int
+        behaviour: str,
+        plan: FaultPlan,
+        known: np.ndarray,
+        participants: int,
+        attackers: int,
     ) -> np.ndarray:
         assert behaviour in COLLUDING
         if behaviour == "ipm":
@@ -151,7 +162,7 @@ class Adversary:
         if behaviour == "alie":
             z = plan.z
             if z is None:
-                z = attacks.z_max(max(participants, known.shape[0] + 1), known.shape[0])
+                z = attacks.z_max(max(participants, attackers + 1), attackers)
             return attacks.alie(known, z)
         if behaviour == "minmax":
             return attacks.minmax(known, plan.deviation)

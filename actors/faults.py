@@ -106,6 +106,9 @@ SIMULATED: tuple[Behaviour, ...] = (
 answers honestly, and its coalition's vector replaces its delta on the way."""
 COLLUDING: tuple[Behaviour, ...] = ("alie", "ipm", "minmax", "minsum", "fang")
 """The attacks computed from the coalition's honest updates of the round."""
+INFORMED: tuple[Behaviour, ...] = ("alie", "ipm", "minmax", "minsum")
+"""The colluding attacks that can see every honest update (`knowledge`):
+Fang's keeps its own form, the coalition's updates as the benign ones."""
 DATA_POISONING: tuple[Behaviour, ...] = ("label_flip", "backdoor")
 """The attacks on a client's own data, for the whole run (`poisoned_data`)."""
 POISONING: tuple[Behaviour, ...] = ("sign_flip", *SIMULATED, *DATA_POISONING)
@@ -155,6 +158,13 @@ class FaultPlan(BaseModel):
     deviation: Literal["std", "unit_vec", "sign"] = Field(
         "std", description="minmax, minsum: the direction moved against"
     )
+    knowledge: Literal["coalition", "all"] = Field(
+        "coalition",
+        description="alie, ipm, minmax, minsum: the honest updates the attack"
+        " is computed from: its coalition's own, or every client's of the"
+        " round (the attacker who knows the benign updates: IPM's paper,"
+        " Shejwalkar & Houmansadr's full-knowledge setting)",
+    )
     sigma: float = Field(
         1.0, gt=0, allow_inf_nan=False, description="gaussian: each coordinate's σ"
     )
@@ -170,6 +180,11 @@ class FaultPlan(BaseModel):
     def _ordered(self) -> FaultPlan:
         if self.until is not None and self.until < self.start:
             raise ValueError(f"until ({self.until}) is before start ({self.start})")
+        if self.knowledge != "coalition" and self.behaviour not in INFORMED:
+            raise ValueError(
+                f"knowledge = {self.knowledge!r} is for {', '.join(INFORMED)},"
+                f" not {self.behaviour}"
+            )
         if self.behaviour == "label_flip" and (self.start, self.every, self.until) != (
             0,
             1,

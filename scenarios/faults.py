@@ -20,9 +20,11 @@ class Faulty(FaultPlan):
     under `max_update_norm`), "forge_leave" (a leave in client id + 1's
     name), "squat_ids" (a join for an unused id, in its name) or "flood" (a
     1 MB histogram of a million empty maps); or the attacks of the
-    literature, forged by the simulator from what the attackers know: "alie"
-    (mean + `z` std of the coalition's honest updates), "ipm" (−`epsilon` ×
-    their mean), "minmax" / "minsum" (Shejwalkar & Houmansadr; `deviation`), "fang"
+    literature, forged by the simulator from what the attackers know (their
+    coalition's honest updates, or with `knowledge = "all"` every client's):
+    "alie" (mean + `z` std of the coalition's honest updates), "ipm"
+    (−`epsilon` × their mean), "minmax" / "minsum" (Shejwalkar & Houmansadr;
+    `deviation`), "fang"
     (Fang et al., against the aggregator in use),
     "mimic" (an honest client's update), "gaussian" (N(0, `sigma`²)), or
     "label_flip" (trains on labels C − 1 − y, the whole run) or "backdoor"

@@ -78,7 +78,8 @@ def check_attacks(scenario: Scenario) -> None:
     The simulator forges `SIMULATED` attacks at the close of a synchronous
     round (`actors/adversary.py`); ALIE, MinMax and MinSum take a standard
     deviation of the coalition's honest updates, so they need two attackers
-    of the same behaviour; mimic copies an honest client, so one must exist.
+    of the same behaviour (or one with `knowledge = "all"` and an honest
+    client beside it); mimic copies an honest client, so one must exist.
 
     Raises:
         ValueError: the reason, naming the `faulty` entry.
@@ -96,10 +97,14 @@ def check_attacks(scenario: Scenario) -> None:
         coalition = {
             c for f in scenario.faulty if f.behaviour == faulty.behaviour for c in f.ids
         }
-        if faulty.behaviour in SHIFTED and len(coalition) < 2:
+        seen = len(coalition)
+        if faulty.knowledge == "all":
+            seen += scenario.clients - len(faulty_ids)  # every honest client
+        if faulty.behaviour in SHIFTED and seen < 2:
             raise ValueError(
                 f"{where}: a coalition of {len(coalition)} client(s) has no"
                 " standard deviation to shift by; list at least 2 clients"
+                + ("" if faulty.knowledge == "all" else ' or set knowledge = "all"')
             )
         if faulty.behaviour == "mimic" and len(faulty_ids) >= scenario.clients:
             raise ValueError(f"{where}: mimic copies an honest client; none is left")

@@ -179,6 +179,33 @@ def test_the_adversary_forges_each_coalition_from_its_own_honest_updates() -> No
         assert forged[c] is exchanges[c][1]
 
 
+def test_with_knowledge_all_the_attack_is_computed_from_every_honest_update() -> None:
+    deltas = np.random.default_rng(2).normal(size=(6, 4)).astype(np.float32)
+    adversary = Adversary()
+    for c in (1, 2):
+        adversary.enlist(ClientId(c), [FaultPlan(behaviour="alie", knowledge="all")], c)
+    exchanges = [(ClientId(c), _exchange(c, deltas[c])) for c in range(6)]
+    for client, exchange in exchanges:
+        adversary.observe(client, exchange)
+    forged = adversary.forge(3, exchanges)
+    # Every client's honest update (the coalition's first, then the honest
+    # ones in id order: the same rows); z from 6 clients, 2 of them attackers.
+    seen = deltas[[1, 2, 0, 3, 4, 5]].astype(np.float64)
+    z = attacks.z_max(6, 2)
+    expected = byzfl.ALittleIsEnough(tau=z)(seen)
+    for c in (1, 2):
+        assert_allclose(_delta(forged[c]), expected, rtol=1e-6)
+    coalition_only = byzfl.ALittleIsEnough(tau=z)(deltas[[1, 2]].astype(np.float64))
+    assert not np.allclose(_delta(forged[1]), coalition_only)
+
+
+def test_knowledge_is_refused_for_attacks_that_do_not_read_honest_updates() -> None:
+    with pytest.raises(ValueError, match="knowledge = 'all' is for alie, ipm"):
+        FaultPlan(behaviour="fang", knowledge="all")
+    with pytest.raises(ValueError, match="not sign_flip"):
+        FaultPlan(behaviour="sign_flip", knowledge="all")
+
+
 # -- label flipping: data poisoning ----------------------------------------------
 
 
@@ -216,6 +243,11 @@ def test_an_attack_the_scenario_cannot_stage_is_refused() -> None:
     base = load_scenario("byzantine")
     with pytest.raises(ScenarioError, match="a coalition of 1 client"):
         with_overrides(base, ['faulty={clients=1, behaviour="alie"}'])
+    # One attacker that sees every honest update has a deviation to shift by.
+    alone = with_overrides(
+        base, ['faulty={clients=1, behaviour="alie", knowledge="all"}']
+    )
+    assert alone.faulty[0].knowledge == "all"
     with pytest.raises(ScenarioError, match='use mode = "sync"'):
         with_overrides(base, ["faulty=alie", "algorithm=fedbuff", "mode=async"])
 

@@ -54,8 +54,10 @@ def _flanders_lie() -> str:
         f" {z_max(n, f):.2f} here (s = ⌊n/2 + 1⌋ − f = {s}), times σ. For σ"
         " below 1, √σ exceeds σ (σ = 10⁻³: 32 times). Our `alie` takes the"
         " paper's z·σ over what its coalition sees, its own members'"
-        f" honest updates: the mean + {z_max(n, f):.2f}·σ. The FLANDERS"
-        " figures in the `alie` row are therefore of a much larger shift."
+        f" honest updates: the mean + {z_max(n, f):.2f}·σ (`--set"
+        " faulty.knowledge=all` lets it see every honest update too, still"
+        " z·σ). The FLANDERS figures in the `alie` row are therefore of a"
+        " much larger shift."
     )
 
 
