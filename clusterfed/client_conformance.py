@@ -42,7 +42,6 @@ from clusterfed.protocol import (
     TrainConfig,
     TrainTask,
     UpdateReply,
-    decode,
     encode,
 )
 from clusterfed.protocol.transport import Leave, encode_control
@@ -255,10 +254,8 @@ class Suite(ScriptedServer):
         if answer is None:
             verdict.fail("closed the connection without a leave notice")
             return
-        try:
-            envelope = decode(answer)
-        except ProtocolError as exc:
-            verdict.fail(f"its answer to a leave does not decode: {exc}")
+        envelope = self._decoded(verdict, answer, "its answer to a leave")
+        if envelope is None:
             return
         payload = envelope.payload
         if not isinstance(payload, LeaveNotice) or payload.client_id != CLIENT:

@@ -64,10 +64,8 @@ class ScriptedServer:
         answer = await self._ask(encode(request), verdict)
         if answer is None:
             return None
-        try:
-            reply = decode(answer)
-        except ProtocolError as exc:
-            verdict.fail(f"its reply does not decode: {exc}")
+        reply = self._decoded(verdict, answer, "its reply")
+        if reply is None:
             return None
         self._echoes(request, reply)
         if isinstance(reply.payload, ErrorReply):
@@ -79,6 +77,16 @@ class ScriptedServer:
             verdict.fail(f"answered {reply.payload.kind} to {payload.kind}")
             return None
         return reply.payload
+
+    @staticmethod
+    def _decoded(verdict: Verdict, answer: bytes, what: str) -> Envelope | None:
+        """The answer's envelope; None, `verdict` failed, if it does not
+        decode (`what` names the answer in the reason)."""
+        try:
+            return decode(answer)
+        except ProtocolError as exc:
+            verdict.fail(f"{what} does not decode: {exc}")
+            return None
 
     def _echoes(self, request: Envelope, reply: Envelope) -> None:
         verdict = self.verdicts["echoes ids"]
@@ -114,10 +122,8 @@ class ScriptedServer:
         if answer is None:
             await self.client.back(verdict, "after the frame")
             return
-        try:
-            reply = decode(answer)
-        except ProtocolError as exc:
-            verdict.fail(f"its answer does not decode: {exc}")
+        reply = self._decoded(verdict, answer, "its answer")
+        if reply is None:
             return
         payload = reply.payload
         if not isinstance(payload, ErrorReply):
