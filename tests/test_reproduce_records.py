@@ -130,3 +130,37 @@ def test_every_seed_keeps_its_final_round_clients_and_their_clusters(
     # Later seeds: the final round's alone.
     assert ["clients" in r for r in second] == [False, False, True]
     assert second[-1]["clients"] == [{"id": 0, "acc": 1.2, "cluster": 4}]
+
+
+def test_a_quick_sitting_keeps_its_records_beside_its_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from reproduce import sitting
+
+    parser = sitting.sitting_parser(
+        "a sitting",
+        quick="smoke test",
+        out=str(tmp_path / "runs"),
+        records_folder=tmp_path / "docs",
+        only="keys",
+    )
+    folders: list[Path] = []
+
+    def load_from(folder: Path, *_: Any) -> list[Outcome]:
+        folders.append(folder)
+        return []
+
+    monkeypatch.setattr(sitting.records, "load", load_from)
+    for argv in (
+        ["--quick", "--no-run"],
+        ["--no-run"],
+        ["--quick", "--no-run", "--records", str(tmp_path / "named")],
+    ):
+        sitting.sit(parser, parser.parse_args(argv), [], "digits")
+    # --quick with the default folder writes beside its runs, never into
+    # docs/records; a folder named on the command line is used as named.
+    assert folders == [
+        tmp_path / "runs" / "records",
+        tmp_path / "docs",
+        tmp_path / "named",
+    ]

@@ -20,11 +20,16 @@ def sitting_parser(
     description: str, *, quick: str, out: str, records_folder: Path, only: str
 ) -> argparse.ArgumentParser:
     """The options of a sitting: --quick (help `quick`), --out (default
-    `out`), --records, --only (help `only`), --seeds, --resume, --no-run."""
+    `out`), --records (default `records_folder`; with --quick, the folder
+    `records` in --out), --only (help `only`), --seeds, --resume, --no-run."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help=quick)
     parser.add_argument("--out", default=out, help="folder of the runs")
-    parser.add_argument("--records", default=str(records_folder), help="kept outcomes")
+    parser.add_argument(
+        "--records",
+        default=str(records_folder),
+        help="kept outcomes (with --quick: the folder records in --out)",
+    )
     parser.add_argument("--only", nargs="*", default=[], help=only)
     parser.add_argument(
         "--seeds",
@@ -62,6 +67,9 @@ def sit(
         )
     seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
     folder = Path(args.records)
+    if args.quick and args.records == parser.get_default("records"):
+        # A smoke test's outcomes stay beside its runs, out of docs/records.
+        folder = Path(args.out) / "records"
     if not args.no_run:
         recorded = records.recorded(folder, args.quick) if args.resume else None
         start = time.perf_counter()
