@@ -58,7 +58,7 @@ FLANDERS = {
 }
 # The clustered section.
 CLUSTERED_ATTACKS = ("alie", "ipm", "sign_flip")
-CLUSTERED = ("cfl", "ifca", "dcfl")
+CLUSTERED = ("cfl", "ifca", "dcfl", "flhc")
 CLUSTERED_SETS = (
     "algorithm_params.ifca.clusters=2",
     "algorithm_params.cfl.thresholds=relative",

@@ -116,7 +116,9 @@ def write_page(
         "## Clustering as a defence",
         "",
         "20 % attackers (ALIE, IPM, sign flip) against the clustered algorithms"
-        " (IFCA told 2 clusters; CFL's thresholds relative to its warm-up), and"
+        " (IFCA told 2 clusters; CFL's thresholds relative to its warm-up;"
+        " FL+HC's one clustering of the updates at its defaults, after 10"
+        " rounds), and"
         f" FedAvg with `{BEST_DEFENCE}`. *ARI*: the final clustering against"
         " the attacker/honest split (1: the attackers in clusters of their own;"
         " FedAvg's one cluster: 0); *honest acc*: the honest clients' final"
