@@ -164,3 +164,18 @@ def test_a_quick_sitting_keeps_its_records_beside_its_runs(
         tmp_path / "docs",
         tmp_path / "named",
     ]
+
+
+def test_a_quick_reproduction_never_writes_over_a_committed_page() -> None:
+    from reproduce.cli import default_page
+    from reproduce.runner import ROOT
+
+    assert default_page(True, ["digits"], "runs/x") == Path("runs/x/REPRODUCTION.md")
+    assert default_page(True, ["fashion_mnist"], "o") == Path("o/REPRODUCTION.md")
+    docs = ROOT / "docs"
+    assert default_page(False, ["digits"], "o") == docs / "REPRODUCTION.md"
+    assert (
+        default_page(False, ["fashion_mnist"], "o") == docs / "REPRODUCTION-fmnist.md"
+    )
+    both = default_page(False, ["digits", "fashion_mnist"], "o")
+    assert both == docs / "REPRODUCTION.md"

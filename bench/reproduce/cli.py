@@ -30,13 +30,29 @@ def seeds_argument(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def default_page(quick: bool, datasets: list[str], out: str) -> Path:
+    """Where the page goes without --page: a smoke test's beside its runs,
+    never over a committed page; else the dataset's page in docs/."""
+    if quick:
+        return Path(out) / "REPRODUCTION.md"
+    name = (
+        "REPRODUCTION-fmnist.md" if datasets == ["fashion_mnist"] else "REPRODUCTION.md"
+    )
+    return ROOT / "docs" / name
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=DESCRIPTION)
     parser.add_argument(
         "--quick", action="store_true", help="fewer rounds (digits only by default)"
     )
     parser.add_argument("--out", default="runs/reproduce", help="folder of the runs")
-    parser.add_argument("--page", default=str(ROOT / "docs" / "REPRODUCTION.md"))
+    parser.add_argument(
+        "--page",
+        default=None,
+        help="the page (default: docs/REPRODUCTION.md, or docs/REPRODUCTION-fmnist.md"
+        " for --datasets fashion_mnist alone; with --quick, REPRODUCTION.md in --out)",
+    )
     parser.add_argument(
         "--only",
         nargs="*",
@@ -88,6 +104,9 @@ def main() -> None:
     seeds = args.seeds or list(
         range(3 if "fashion_mnist" in datasets and not args.quick else 1)
     )
+    page = (
+        Path(args.page) if args.page else default_page(args.quick, datasets, args.out)
+    )
     recorded = (
         records.recorded(Path(args.records), args.quick)
         if args.records and args.resume
@@ -119,7 +138,7 @@ def main() -> None:
     write_page(
         outcomes,
         shlex.join(["python", "bench/reproduce.py", *sys.argv[1:]]),
-        Path(args.page),
+        page,
         sum(o.seconds for o in outcomes) if several_sittings else elapsed,
         [paper.section for paper in PAPERS],
         resumed=several_sittings,
@@ -141,4 +160,4 @@ def main() -> None:
                 indent=2,
             )
         )
-    print(f"wrote {args.page} in {time.perf_counter() - start:.0f} s")
+    print(f"wrote {page} in {time.perf_counter() - start:.0f} s")
