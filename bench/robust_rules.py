@@ -23,27 +23,22 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # before numpy loads its BLAS
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
-from byzantine import DEFENCES  # noqa: E402
+from byzantine import DEFENCES, SCENARIO  # noqa: E402
 
-from clusterfed.algorithms.robust import (  # noqa: E402
-    AGGREGATOR_ADAPTER,
-    parse_aggregator,
-    robust_mean,
-)
+from clusterfed.algorithms.robust import AggregatorRule, robust_mean  # noqa: E402
 from clusterfed.models import build_model  # noqa: E402
+from clusterfed.scenarios import load_scenario  # noqa: E402
+from clusterfed.scenarios.loader import with_overrides  # noqa: E402
 
 
-def rule(settings: tuple[str, ...], f: int, honest: int) -> object:
-    """A defence as bench/byzantine.py sets it (`aggregator=...`, then its
-    `aggregator.key=value` options) as a validated rule."""
-    table: dict[str, object] = {}
-    for setting in settings:
-        name, value = setting.format(f=f, m=honest).split("=", 1)
-        if name == "aggregator":
-            table.update(parse_aggregator(value))
-        else:
-            table[name.removeprefix("aggregator.")] = value
-    return AGGREGATOR_ADAPTER.validate_python(table)
+def rule(settings: tuple[str, ...], clients: int, f: int) -> AggregatorRule:
+    """A defence as bench/byzantine.py sets it, through the scenario loader
+    (`--set aggregator=...`) on the table's layout at `clients`, f of them
+    attackers: parsed and its assumption checked as a run's would be."""
+    attackers = list(range(4, clients, 5))[:f]
+    sets = [f"clients={clients}", f"faulty.clients={attackers}"]
+    sets += [s.format(f=f, m=clients - f) for s in settings]
+    return with_overrides(load_scenario(SCENARIO), sets).aggregator
 
 
 def updates(clients: int, copies: int, seed: int = 0) -> list[np.ndarray]:
@@ -68,7 +63,7 @@ def main() -> None:
     vectors = updates(args.clients, f)
     weights = [1.0] * len(vectors)
     rules = {
-        name: rule(settings, f, args.clients - f) for name, settings in DEFENCES.items()
+        name: rule(settings, args.clients, f) for name, settings in DEFENCES.items()
     }
     print(f"{len(vectors)} updates of {vectors[0].size} weights, f = {f}")
     seconds: dict[str, list[float]] = {name: [] for name in rules}
@@ -79,7 +74,7 @@ def main() -> None:
                 continue
             start = time.thread_time()
             try:
-                robust_mean(vectors, weights, aggregator)  # type: ignore[arg-type]
+                robust_mean(vectors, weights, aggregator)
             except MemoryError as exc:  # what an older rule did at this size
                 failed[name] = f"{type(exc).__name__}: {exc}"
                 continue
