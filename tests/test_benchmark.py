@@ -143,3 +143,33 @@ def test_the_page_names_settings_recorded_on_the_hold_out(tmp_path: Path) -> Non
     target = tmp_path / "BENCHMARK.md"
     page.write_page([made], "cmd", target, (), tmp_path, False, tmp_path)
     assert "**Not on test sets:** rotations scored" in target.read_text()
+
+
+def test_the_drift_setting_counts_rounds_to_purity_from_the_drift() -> None:
+    # Before round 20 every client shares one concept: any clustering is
+    # pure. a stays one cluster (purity 0.65 after the drift), b separates
+    # the drifted clients one round after it.
+    def rows(after: list[float]) -> list[dict[str, Any]]:
+        return [{"round": r, "purity": 1.0} for r in range(20)] + [
+            {"round": 20 + i, "purity": p} for i, p in enumerate(after)
+        ]
+
+    seed_rows = {
+        "a": {0: rows([0.65, 0.65, 0.65]), 1: rows([0.65, 0.65, 0.65])},
+        "b": {0: rows([0.65, 1.0, 1.0]), 1: rows([0.65, 0.65, 0.95])},
+    }
+    summaries = {
+        name: {seed: {"final_mean_acc": 0.5, "rounds_to_purity90": 1} for seed in by}
+        for name, by in seed_rows.items()
+    }
+    (drift,) = [e for e in benchmark.experiments() if e.key == "drift"]
+    made = make_outcome(
+        drift, "fashion_mnist", 1.0, summaries, seed_rows, Path("."), False
+    )
+    header, _, a, b = page.table(made)
+    assert "rounds after the drift to purity 0.9" in header
+    assert "rounds to purity 0.9 |" not in header
+    titles = [t.strip() for t in header.strip("|").split("|")]
+    column = titles.index("rounds after the drift to purity 0.9")
+    assert a.strip("|").split("|")[column].strip() == "n/a"
+    assert b.strip("|").split("|")[column].strip() == "2.5 ± 6.4"

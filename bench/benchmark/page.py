@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,52 @@ COLUMNS = (
     Column("MB down", "bytes_down", False, 1, scale=1e-6),
     Column("wall s", "wall_s", False, 0),
 )
+
+
+# The drift setting's clients all share one concept until the drift, so any
+# clustering is pure from round 0 and "rounds to purity 0.9" would read 1 for
+# FedAvg too; there the column counts from the drift instead.
+AFTER_DRIFT = Column(
+    "rounds after the drift to purity 0.9",
+    "rounds_to_purity90_after_drift",
+    False,
+    1,
+    needs_truth=True,
+)
+
+
+def drift_start(outcome: Outcome) -> int | None:
+    """The round of the setting's last drift event; None without one."""
+    events = load_scenario(outcome.experiment.scenario).events
+    starts = [e.start for e in events if e.kind == "drift"]
+    return max(starts) if starts else None
+
+
+def rounds_to_purity_from(rows: Sequence[Summary], start: int) -> int | None:
+    """Rounds from `start` until purity first reaches 0.9 (1: in round
+    `start` itself); None if it never does."""
+    for row in rows:
+        if row["round"] >= start and (row.get("purity") or 0.0) >= 0.9:
+            return int(row["round"]) - start + 1
+    return None
+
+
+def with_recovery(outcome: Outcome, start: int) -> Outcome:
+    """`outcome` whose seed summaries also hold AFTER_DRIFT's metric, from
+    each seed's rows."""
+    summaries = {
+        name: {
+            seed: {
+                **summary,
+                AFTER_DRIFT.metric: rounds_to_purity_from(
+                    outcome.seed_rows.get(name, {}).get(seed, []), start
+                ),
+            }
+            for seed, summary in by_seed.items()
+        }
+        for name, by_seed in outcome.seed_summaries.items()
+    }
+    return replace(outcome, seed_summaries=summaries)
 
 
 def column_interval(outcome: Outcome, algorithm: str, column: Column) -> Interval:
@@ -90,9 +136,16 @@ def cell(found: Interval, column: Column, n_seeds: int, bold: bool) -> str:
 def table(outcome: Outcome) -> list[str]:
     """A setting's table: one row per algorithm, mean ± half-width of the
     95 % Student t interval over the seeds; the best in a column in bold
-    only where it is separated from the runner-up (see `best`)."""
+    only where it is separated from the runner-up (see `best`); with a drift
+    event, rounds to purity 0.9 count from the drift (AFTER_DRIFT)."""
     truth = load_scenario(outcome.experiment.scenario).partition.kind != "dirichlet"
     columns = [c for c in COLUMNS if truth or not c.needs_truth]
+    start = drift_start(outcome)
+    if start is not None:
+        outcome = with_recovery(outcome, start)
+        columns = [
+            AFTER_DRIFT if c.metric == "rounds_to_purity90" else c for c in columns
+        ]
     marked = {c.metric: best(outcome, c) for c in columns}
     n_seeds = len(outcome.seeds)
     lines = [
