@@ -52,11 +52,20 @@ def accuracy_per_round(outcome: Outcome, path: Path) -> Path:
 
 
 def accuracy_against_ari(outcomes: Sequence[Outcome], path: Path) -> Path:
-    """Final mean client accuracy against final ARI: one point per algorithm
-    and setting (the seeds' means), a marker per setting."""
-    fig, ax = plt.subplots(figsize=(7, 5))
+    """Final mean client accuracy against final ARI (the seeds' means): a
+    panel per setting, one point per algorithm, told apart by colour and
+    marker (names beside the points overlap where algorithms agree)."""
+    names = list(dict.fromkeys(n for o in outcomes for n in o.seed_summaries))
+    colours = plt.get_cmap("tab10")
     markers = "osD^v<>"
-    for k, outcome in enumerate(outcomes):
+    fig, axes = plt.subplots(
+        1,
+        max(len(outcomes), 1),
+        figsize=(3.2 * max(len(outcomes), 1) + 1.6, 3.6),
+        sharey=True,
+        squeeze=False,
+    )
+    for ax, outcome in zip(axes[0], outcomes, strict=False):
         for name, by_seed in outcome.seed_summaries.items():
             aris = [
                 s["ari_final"]
@@ -70,21 +79,29 @@ def accuracy_against_ari(outcomes: Sequence[Outcome], path: Path) -> Path:
             ]
             if not aris or not accs:
                 continue
-            x, y = float(np.mean(aris)), float(np.mean(accs))
-            ax.scatter(x, y, marker=markers[k % len(markers)], color="0.3")
-            ax.annotate(
-                name, (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points"
+            n = names.index(name)
+            ax.scatter(
+                float(np.mean(aris)),
+                float(np.mean(accs)),
+                marker=markers[n // 10 % len(markers)],
+                color=colours(n % 10),
+                alpha=0.85,
             )
-        ax.scatter(
+        ax.set(xlabel="final ARI", xlim=(-0.05, 1.05), title=outcome.experiment.key)
+    axes[0][0].set_ylabel("final mean client accuracy")
+    handles = [
+        plt.Line2D(
             [],
             [],
-            marker=markers[k % len(markers)],
-            color="0.3",
-            label=outcome.experiment.key,
+            linestyle="",
+            marker=markers[n // 10 % len(markers)],
+            color=colours(n % 10),
+            label=name,
         )
-    ax.set(xlabel="final ARI", ylabel="final mean client accuracy")
-    ax.legend(fontsize="small")
-    fig.tight_layout()
+        for n, name in enumerate(names)
+    ]
+    fig.legend(handles=handles, fontsize="x-small", loc="center right")
+    fig.tight_layout(rect=(0, 0, 1 - 1.25 / fig.get_figwidth(), 1))
     fig.savefig(path, dpi=130)
     plt.close(fig)
     return path
