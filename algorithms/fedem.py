@@ -43,8 +43,12 @@ hand computation. What clusterfed does:
   clusterfed's clients, keeping nothing between rounds, do not. They start
   uniform (1/M), as the code's `learners_weights`.
 - The server averages each component's deltas weighted by the trainers'
-  sample counts, which is the code's `average_learners` with weights
-  n_t / Σ n over the clients that trained.
+  sample counts, n_t / Σ n over the clients that trained. The code's
+  `CentralizedAggregator.mix` averages over every client, n_t / Σ_all n,
+  the clients not sampled counting with the model they were sent (a zero
+  step), so with sampling its step is shorter by Σ_trained n / Σ_all n;
+  the two agree when every client trains (the default, and every built-in
+  scenario). clusterfed normalises over the trainers, as its FedAvg does.
 - Defaults are the code's: M = 3 (`n_learners`) and every client each round
   (`sampling_rate` 1). The components start from M independent
   initialisations. The code's optimiser settings are the run's `train`.

@@ -49,9 +49,12 @@ written loss. What clusterfed does:
   estimates, the union trains; the draw for round t + 1 is made at the end
   of round t, from the estimates that round returned. Round 0, before any
   estimate, trains every client and aggregates by the weights v_{sk}, as do
-  all rounds with `selection = None` (the default, the code's
-  `do_selection=False`: K must be well below the number of clients, or every
-  center becomes the same plain mean). A selected client that did not
+  all rounds with `selection = None`. That default is clusterfed's, not the
+  code's: its `ServerSolver` defaults to `do_selection=True` with K = 30 (its
+  `main.py` runs K = 15), but K must be well below the number of clients,
+  or every center becomes the same plain mean, and our scenarios have 20 to
+  40 clients; `do_selection=False`, the weighted aggregation, is the code's
+  other mode. A selected client that did not
   report is left out of its center's mean; a center with no update keeps
   its model.
 - Defaults are the code's MNIST solver's (`MnistClientSolver`): λ = 0.1,

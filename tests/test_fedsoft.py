@@ -343,7 +343,9 @@ def test_bad_options_name_the_value(params: dict) -> None:
         make("fedsoft", **params)
 
 
-def test_the_defaults_are_the_authors_codes() -> None:
+def test_the_defaults_are_the_authors_solvers_without_selection() -> None:
+    # λ and σ are the code's MNIST solver's; selection is off (clusterfed's
+    # choice: the code's K = 30 would select every client of our scenarios).
     strategy = make("fedsoft")
     assert isinstance(strategy, FedSoft)
     assert (strategy.clusters, strategy.lam, strategy.smoother) == (2, 0.1, 1e-4)
