@@ -107,6 +107,20 @@ def test_a_best_is_marked_only_where_the_seeds_separate_it() -> None:
     assert page.best(one, FINAL) is None
 
 
+def test_a_seed_that_never_reaches_purity_keeps_an_algorithm_unmarked() -> None:
+    walls = {"a": [1.0] * 3, "b": [1.0] * 3}
+    made = outcome({"a": [0.5] * 3, "b": [0.5] * 3}, walls)
+    rounds = next(c for c in page.COLUMNS if c.metric == "rounds_to_purity90")
+    # a reaches purity 0.9 in round 1 twice and never in seed 2; b in round
+    # 2 every time: a's mean (1) beats b's (2) only by leaving seed 2 out.
+    for seed, (a, b) in enumerate([(1, 2), (1, 2), (None, 2)]):
+        made.seed_summaries["a"][seed]["rounds_to_purity90"] = a
+        made.seed_summaries["b"][seed]["rounds_to_purity90"] = b
+    assert page.best(made, rounds) is None
+    made.seed_summaries["a"][2]["rounds_to_purity90"] = 1
+    assert page.best(made, rounds) == "a"
+
+
 def test_a_cell_says_how_many_seeds_have_a_value() -> None:
     found = page.interval([0.5, 0.7])
     assert page.cell(found, FINAL, 3, bold=False).endswith("[2/3]")

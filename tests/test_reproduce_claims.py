@@ -448,3 +448,23 @@ def test_the_page_says_each_experiment_s_seed_count(tmp_path: Path) -> None:
     )
     write_page([three], "cmd", page, 1.0, [])
     assert "Each experiment ran 3 seeds:" in page.read_text()
+
+
+@pytest.mark.parametrize(
+    "scenario, planted",
+    [
+        ("fedem-dirichlet", False),  # Dirichlet: every client in group 0
+        ("ocfl-iid", False),
+        ("bench-dirichlet-fmnist", False),
+        ("bench-drift-fmnist", True),  # the drift makes a second concept
+        ("fedsoft-rotated", True),
+        ("pacfl-labels", True),  # a class table of 5 rows
+        ("cafa-mix", True),
+    ],
+)
+def test_ari_is_shown_only_where_the_scenario_plants_groups(
+    scenario: str, planted: bool
+) -> None:
+    from reproduce.runner import plants_groups
+
+    assert plants_groups(scenario) is planted

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from reproduce.runner import ROOT, TEST_SETS, Outcome
+from reproduce.runner import ROOT, TEST_SETS, Outcome, plants_groups
 
 from clusterfed.scenarios import load_scenario
 from clusterfed.scenarios.benchmark import SETTINGS
@@ -55,12 +55,6 @@ AFTER_DRIFT = Column(
     1,
     needs_truth=True,
 )
-
-
-def has_truth(outcome: Outcome) -> bool:
-    """Whether the setting plants groups (ARI and purity mean something);
-    Dirichlet label skew has none, its rows' one group is not a truth."""
-    return load_scenario(outcome.experiment.scenario).partition.kind != "dirichlet"
 
 
 def drift_start(outcome: Outcome) -> int | None:
@@ -110,8 +104,9 @@ def column_interval(outcome: Outcome, algorithm: str, column: Column) -> Interva
 
 def best(outcome: Outcome, column: Column) -> str | None:
     """The algorithm best on `column`, when it is separated from the next:
-    the seed-by-seed difference to the runner-up has a 95 % interval that
-    excludes 0 on the better side. None: no separated best."""
+    it has a value in every seed, and the seed-by-seed difference to the
+    runner-up has a 95 % interval that excludes 0 on the better side. None:
+    no separated best."""
     sign = 1.0 if column.higher_is_better else -1.0
     means = {
         name: i.mean
@@ -121,6 +116,10 @@ def best(outcome: Outcome, column: Column) -> str | None:
     if len(means) < 2:
         return None
     first, second = sorted(means, key=lambda n: -sign * means[n])[:2]
+    # A seed without a value (purity 0.9 never reached) is worse than any
+    # value, but the mean leaves it out: such an algorithm is never marked.
+    if column_interval(outcome, first, column).n < len(outcome.seeds):
+        return None
     a, b = outcome.seed_summaries[first], outcome.seed_summaries[second]
     gap = interval(paired_differences(a, b, column.metric))
     if gap.low is None or gap.high is None:
@@ -144,7 +143,11 @@ def table(outcome: Outcome) -> list[str]:
     95 % Student t interval over the seeds; the best in a column in bold
     only where it is separated from the runner-up (see `best`); with a drift
     event, rounds to purity 0.9 count from the drift (AFTER_DRIFT)."""
-    columns = [c for c in COLUMNS if has_truth(outcome) or not c.needs_truth]
+    columns = [
+        c
+        for c in COLUMNS
+        if plants_groups(outcome.experiment.scenario) or not c.needs_truth
+    ]
     start = drift_start(outcome)
     if start is not None:
         outcome = with_recovery(outcome, start)
@@ -267,7 +270,7 @@ def write_page(
         ]
     if outcomes:
         summary = figures.accuracy_against_ari(
-            [o for o in outcomes if has_truth(o)],
+            [o for o in outcomes if plants_groups(o.experiment.scenario)],
             figure_folder / "benchmark-summary.png",
         )
         lines += [

@@ -18,7 +18,7 @@ from clusterfed.seeds import interval
 from .claims import Claims, comparison
 from .figures import client_accuracies
 from .page import CLAIMS, pm, provenance, table
-from .runner import ByKey, Experiment, Row, SeedValue, summary_value
+from .runner import ByKey, Experiment, Row, SeedValue, plants_groups, summary_value
 
 
 @dataclass(frozen=True)
@@ -167,22 +167,22 @@ def section(by_key: ByKey, dataset: str, figures: Path, claims: Claims) -> list[
             "",
         ]
         shares = {a: o.per_seed(a, value) for a in o.seed_summaries}
+        share = b.metric == "share_at_target"
+        # No ARI where every client is in one ground-truth group (Dirichlet):
+        # there it only counts the clusters.
+        ari = plants_groups(b.scenario)
         lines += table(
-            ["algorithm", "final acc", "avg acc", "clusters", "ARI", measure]
-            if b.metric == "share_at_target"
-            else ["algorithm", "final acc", "avg acc", "clusters", "ARI"],
+            ["algorithm", "final acc", "avg acc", "clusters"]
+            + ["ARI"] * ari
+            + [measure] * share,
             [
                 [
                     a,
                     pm(stats["final_mean_acc"]),
                     pm(stats["avg_mean_acc"]),
                     pm(stats["n_clusters_final"], 1),
-                    pm(stats.get("ari_final"), 2),
-                    *(
-                        [pm(interval(list(shares[a].values())), 2)]
-                        if b.metric == "share_at_target"
-                        else []
-                    ),
+                    *([pm(stats.get("ari_final"), 2)] if ari else []),
+                    *([pm(interval(list(shares[a].values())), 2)] if share else []),
                 ]
                 for a, stats in o.statistics.items()
             ],

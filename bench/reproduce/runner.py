@@ -12,6 +12,7 @@ from typing import Any
 
 from clusterfed.comparison import CompareResult, compare
 from clusterfed.data.datasets import WITH_TEST_SPLIT
+from clusterfed.scenarios import load_scenario
 from clusterfed.seeds import (
     Interval,
     interval,
@@ -136,6 +137,22 @@ class Outcome:
             if v is not None:
                 found[seed] = float(v)
         return found
+
+
+def plants_groups(scenario: str) -> bool:
+    """Whether the built-in `scenario` deals its clients into more than one
+    ground-truth group, so that ARI and purity mean something: a transform,
+    a class table of several rows, an IID mix, or a drift event. Dirichlet,
+    shards and IID partitions put every client in one group, against which
+    a clustering scores 1 or 0 by its number of clusters alone."""
+    spec = load_scenario(scenario)
+    partition = spec.partition
+    return (
+        spec.transform is not None
+        or any(e.kind == "drift" for e in spec.events)
+        or partition.kind == "iid_mix"
+        or (partition.kind == "class_table" and len(partition.table) > 1)
+    )
 
 
 def seeds_option(seeds: Sequence[int]) -> list[str]:
