@@ -272,7 +272,10 @@ def fedem_dirichlet() -> Scenario:
             " clients by Dirichlet(0.4) (so no planted groups here: the ground"
             " truth is one group); 20 clients of the digits (about 70 images"
             " each, batch 16)"
-            " for the paper's 80-100; the MLP 512-128 for its CNNs; 30 rounds."
+            " for the paper's 80-100; the MLP 512-128 for its CNNs. 200 rounds,"
+            " the paper's: each component learns from its share of every sample,"
+            " so 30 rounds left FedEM still climbing (0.37 against FedAvg's"
+            " 0.79 over 10 seeds)."
         ),
         partition=DirichletPartition(alpha=0.4),
         model=ModelSpec(name="mlp", hidden=[512, 128]),
@@ -282,7 +285,7 @@ def fedem_dirichlet() -> Scenario:
             lr=0.03, momentum=0.0, weight_decay=5e-4, batch_size=16, epochs=1
         ),
         clients=20,
-        rounds=30,
+        rounds=200,
     )
 
 

@@ -456,7 +456,7 @@ def test_the_scenarios_hold_what_their_descriptions_say() -> None:
     assert digits.partition == DirichletPartition(alpha=0.4)
     assert digits.algorithm_params["fedem"] == {"components": 3}
     assert (digits.train.lr, digits.train.momentum) == (0.03, 0.0)
-    assert digits.train.weight_decay == 5e-4
+    assert digits.train.weight_decay == 5e-4 and digits.rounds == 200
     fmnist = BUILTIN["fedem-dirichlet-fmnist"]()
     assert fmnist.dataset.name == "fashion_mnist"
     assert (fmnist.clients, fmnist.rounds, fmnist.train.batch_size) == (80, 50, 128)
