@@ -22,10 +22,10 @@ round:
 In clusterfed's round a client trains its center, its reply gives
 Wᵢ = base + delta, and `aggregate` runs the E-step on those models against
 the centers they were trained from, then the M-step: the next round's
-centers. The reference code (mingxuts/multi-center-fed-learning,
-`models/kmean_model.py`, `models/fedsem.py`, `models/server.py`) settles what
-the paper leaves open, and tests/test_fesem.py reproduces its assignment step
-on the same inputs:
+centers. The reference code (mingxuts/multi-center-fed-learning, read in
+its fork xxyen/age-based-multi-center-fed-learning: `models/kmean_model.py`,
+`models/fedsem.py`, `models/server.py`) settles what the paper leaves open,
+and tests/test_fesem.py reproduces its assignment step on the same inputs:
 
 - Distance: squared L2 over every parameter, argmin with ties to the lowest
   center id (the code's `reduce_sum(square(X − C))` and `arg_min`). The code
@@ -45,6 +45,12 @@ on the same inputs:
 - Who counts: the E- and M-steps use the round's accepted updates of clients
   still here. A client without one keeps its center; a center no client
   reported to keeps its model (the code's k-means would divide by zero).
+- Re-assignment every round, as the paper's FeSEM iterates; the reference
+  fork's config (xxyen/age-based-multi-center-fed-learning,
+  `configs/fedsem/job.yaml`: `num-clusters: 4`, `update-center-every: 10`,
+  `clients-per-round: 3` per cluster) re-clusters every 10th round and
+  trains the clusters in between. The original repository was not
+  available to check; K = 3 here is clusterfed's default, not a config's.
 - Local update: plain local training from the center, as the code trains
   (its `regul-term` is the threshold of an outlier variant, not a proximal
   term); `fraction` samples clients per round as FedAvg does (the code
@@ -116,7 +122,8 @@ class FeSEM(Strategy[FeSEMState]):
     """Multi-center FL by stochastic EM over the clients' local models.
 
     Args:
-        clusters: K, the number of centers (≥ 1; the reference config's 3).
+        clusters: K, the number of centers (≥ 1; 3, clusterfed's choice: the
+            reference fork's config has 4).
         init_iterations: E/M iterations that turn the K seed models into the
             first centers (≥ 1; the reference code's 5).
         mean: the M-step's mean: "plain" (the paper's) or "weighted" by

@@ -22,8 +22,11 @@ The algorithm, as the paper describes FL+HC:
 
 The metric and linkage are the options of the paper's grid (euclidean,
 manhattan, cosine; ward, complete, average, single; scikit-learn accepts ward
-only with euclidean). The defaults are euclidean distance with ward linkage,
-scikit-learn's default linkage.
+only with euclidean). The defaults are clusterfed's, not taken from the
+paper, whose text (and its recommended defaults) was not available here:
+euclidean distance with ward linkage, scikit-learn's default linkage, and
+clustering after `cluster_round` = 10 rounds of FedAvg (the paper's n,
+which its hyperparameter study varies).
 
 Where the paper leaves a choice open, clusterfed decides:
 

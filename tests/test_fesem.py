@@ -295,7 +295,9 @@ def test_bad_options_name_the_value(params: dict) -> None:
         make("fesem", **params)
 
 
-def test_the_defaults_are_the_reference_codes() -> None:
+def test_the_defaults_are_the_papers_mean_and_the_codes_seeding() -> None:
+    # K = 3 is clusterfed's choice; 5 seeding iterations are the code's; the
+    # plain mean is the paper's (the code weighs by samples).
     strategy = make("fesem")
     assert (strategy.clusters, strategy.init_iterations, strategy.mean) == (
         3,
