@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 from reproduce import ocfl  # noqa: E402
 from reproduce.page import accuracy_words  # noqa: E402
-from reproduce.records import load, recorded, save  # noqa: E402
+from reproduce.records import load, planned_rounds, recorded, save  # noqa: E402
 from reproduce.runner import (  # noqa: E402
     HOLD_OUT,
     TEST_SETS,
@@ -37,9 +37,16 @@ def rows(val_acc: bool) -> list[dict[str, Any]]:
     return [{"round": 0, "clients": [client]}]
 
 
-def outcome(dataset: str, seeds: list[int], tested: bool) -> Outcome:
+def outcome(
+    dataset: str, seeds: list[int], tested: bool, rounds: int | None = None
+) -> Outcome:
+    """Runs of EXPERIMENT of `rounds` rounds (default: its scenario's)."""
+    rounds = rounds or planned_rounds(EXPERIMENT, dataset, False)
     summaries = {
-        a: {s: {"final_mean_acc": 0.5 + s / 10, "wall_s": 1.0} for s in seeds}
+        a: {
+            s: {"final_mean_acc": 0.5 + s / 10, "wall_s": 1.0, "rounds": rounds}
+            for s in seeds
+        }
         for a in EXPERIMENT.algorithms
     }
     seed_rows = {a: {s: rows(tested) for s in seeds} for a in EXPERIMENT.algorithms}
@@ -81,6 +88,21 @@ def test_a_record_keeps_what_its_accuracy_was_measured_on(tmp_path: Path) -> Non
     assert new.seeds == (2,) and new.accuracy == TEST_SETS
 
 
+def test_a_record_of_other_rounds_than_its_scenario_has_is_run_again(
+    tmp_path: Path,
+) -> None:
+    # A built-in scenario whose rounds changed after its record was made
+    # (the command, which names the scenario, reads the same).
+    rounds = planned_rounds(EXPERIMENT, "digits", False)
+    save(outcome("digits", [0, 1], tested=False, rounds=rounds - 10), tmp_path)
+    assert recorded(tmp_path, False)("digits", EXPERIMENT) == set()
+    assert load(tmp_path, [EXPERIMENT], ["digits"], quick=False) == []
+    save(outcome("digits", [2], tested=False), tmp_path)
+    (new,) = load(tmp_path, [EXPERIMENT], ["digits"], quick=False)
+    assert new.seeds == (2,)
+    assert recorded(tmp_path, False)("digits", EXPERIMENT) == {2}
+
+
 def test_digits_records_stay_on_the_hold_out(tmp_path: Path) -> None:
     save(outcome("digits", [0], tested=False), tmp_path)
     save(outcome("digits", [1], tested=False), tmp_path)
@@ -110,8 +132,9 @@ def test_every_seed_keeps_its_final_round_clients_and_their_clusters(
             for r in range(3)
         ]
 
+    rounds = planned_rounds(EXPERIMENT, "digits", False)
     summaries = {
-        a: {s: {"final_mean_acc": 0.5, "wall_s": 1.0} for s in (0, 1)}
+        a: {s: {"final_mean_acc": 0.5, "wall_s": 1.0, "rounds": rounds} for s in (0, 1)}
         for a in EXPERIMENT.algorithms
     }
     seed_rows = {a: {s: run_rows(s) for s in (0, 1)} for a in EXPERIMENT.algorithms}

@@ -24,6 +24,9 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from clusterfed.scenarios import load_scenario
+from clusterfed.scenarios.loader import with_overrides
+
 from .runner import (
     HOLD_OUT,
     ROOT,
@@ -56,6 +59,7 @@ def save(outcome: Outcome, records: Path) -> Path:
         outcome.quick,
         _without_seeds(outcome.experiment.command(outcome.quick, outcome.dataset)),
         outcome.accuracy,
+        planned_rounds(outcome.experiment, outcome.dataset, outcome.quick),
     )
     if earlier is not None and _settings(earlier) != settings:
         print(f"{path}: other settings than this run's; replaced", file=sys.stderr)
@@ -111,7 +115,8 @@ def load(
 ) -> list[Outcome]:
     """The recorded outcomes of `experiments` on `datasets`, made in the
     same mode (--quick or not); a record of an experiment that is no
-    longer defined is skipped with a line on stderr."""
+    longer defined, or of other rounds than its scenario now has, is
+    skipped with a line on stderr."""
     known = {e.key: e for e in experiments}
     outcomes = []
     for dataset in datasets:
@@ -124,6 +129,16 @@ def load(
                 )
                 continue
             if record["quick"] != quick:
+                continue
+            if _rounds(record) != planned_rounds(experiment, dataset, quick):
+                # Its scenario changed since: the page leaves it out until
+                # a run at the new settings replaces it.
+                print(
+                    f"{path}: runs of {_rounds(record)} rounds, the scenario"
+                    f" now has {planned_rounds(experiment, dataset, quick)};"
+                    " left out until re-run",
+                    file=sys.stderr,
+                )
                 continue
             outcomes.append(
                 make_outcome(
@@ -175,15 +190,46 @@ def _seeds_of(summaries: dict[str, dict[int, Any]]) -> list[int]:
 
 def _settings(record: dict[str, Any]) -> tuple[Any, ...]:
     # The command without its seeds: the same scenario, algorithms and sets,
-    # and accuracy measured on the same data.
-    return record["quick"], _without_seeds(record["command"]), _accuracy(record)
+    # accuracy measured on the same data, and as many rounds.
+    return (
+        record["quick"],
+        _without_seeds(record["command"]),
+        _accuracy(record),
+        _rounds(record),
+    )
 
 
 def _settings_of_run(
     experiment: Experiment, dataset: str, quick: bool
 ) -> tuple[Any, ...]:
     command = _without_seeds(experiment.command(quick, dataset))
-    return quick, command, accuracy_of(dataset)
+    return (
+        quick,
+        command,
+        accuracy_of(dataset),
+        planned_rounds(experiment, dataset, quick),
+    )
+
+
+def planned_rounds(experiment: Experiment, dataset: str, quick: bool) -> int:
+    """The rounds a run of `experiment` has now: its --quick rounds, else its
+    built-in scenario's after the experiment's overrides. The command names
+    the scenario, not what it holds, so a record of a scenario whose rounds
+    changed since is told apart by this (other edits to a built-in scenario
+    need its record removed by hand)."""
+    rounds = experiment.quick_rounds_for(dataset)
+    if quick and rounds is not None:
+        return rounds
+    scenario = load_scenario(experiment.scenario_for(dataset))
+    return with_overrides(scenario, experiment.overrides(dataset)).rounds
+
+
+def _rounds(record: dict[str, Any]) -> int | None:
+    """The rounds every run of `record` has; None if they differ."""
+    found = {
+        s.get("rounds") for by in record["summaries"].values() for s in by.values()
+    }
+    return found.pop() if len(found) == 1 else None
 
 
 def _accuracy(record: dict[str, Any]) -> str:
