@@ -202,3 +202,22 @@ def test_a_quick_reproduction_never_writes_over_a_committed_page() -> None:
     )
     both = default_page(False, ["digits", "fashion_mnist"], "o")
     assert both == docs / "REPRODUCTION.md"
+
+
+def test_a_sitting_whose_records_hold_every_seed_runs_nothing_and_ends_well(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from reproduce import cli
+
+    save(outcome("digits", [0, 1], tested=False), tmp_path / "records")
+    out = tmp_path / "runs"  # never made: nothing runs
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        ["reproduce.py", "--datasets", "digits", "--seeds", "2", "--resume"]
+        + ["--records", str(tmp_path / "records"), "--out", str(out)]
+        + ["--only", EXPERIMENT.key, "--page", str(tmp_path / "P.md")],
+    )
+    cli.main()
+    assert (out / "reproduce.json").exists()
+    assert EXPERIMENT.key in (tmp_path / "P.md").read_text()

@@ -144,6 +144,8 @@ def main() -> None:
         resumed=several_sittings,
     )
     if not args.no_run:  # reproduce.json goes beside the runs
+        # (a sitting whose records held every seed ran nothing: no folder yet)
+        Path(args.out).mkdir(parents=True, exist_ok=True)
         (Path(args.out) / "reproduce.json").write_text(
             json.dumps(
                 {
