@@ -123,7 +123,7 @@ class Adversary:
                     vector = attacks.mimic(np.stack([seen[honest[0]]]))
                 else:
                     vector = self._colluding(
-                        behaviour, plan, known, len(exchanges), len(members)
+                        behaviour, plan, known, len(seen), len(members)
                     )
             except ValueError as exc:
                 warnings.warn(
@@ -153,16 +153,19 @@ class Adversary:
         behaviour: str,
         plan: FaultPlan,
         known: np.ndarray,
-        participants: int,
+        updates: int,
         attackers: int,
     ) -> np.ndarray:
+        """The colluding attack's one vector. `updates`, ALIE's n, counts the
+        round's updates that came (the sampled clients' that replied, the
+        attackers' among them): the ones the rule will fold."""
         assert behaviour in COLLUDING
         if behaviour == "ipm":
             return attacks.ipm(known, plan.epsilon)
         if behaviour == "alie":
             z = plan.z
-            if z is None:
-                z = attacks.z_max(max(participants, attackers + 1), attackers)
+            if z is None:  # a majority this round: z_max says why, and
+                z = attacks.z_max(updates, attackers)  # the replies stay honest
             return attacks.alie(known, z)
         if behaviour == "minmax":
             return attacks.minmax(known, plan.deviation)

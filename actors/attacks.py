@@ -9,7 +9,8 @@ ByzFL has the attack:
 - `alie`: "A Little Is Enough" (Baruch, Baruch, Goldberg, NeurIPS 2019):
   the mean plus `z` standard deviations (unbiased, per coordinate); `z`
   defaults to the paper's z_max for `n` clients of which `f` collude (the
-  largest shift the median-like rules cannot tell from an honest one);
+  largest shift the median-like rules cannot tell from an honest one),
+  defined for a minority that needs s = ⌊n/2 + 1⌋ − f > 0 supporters;
 - `ipm`: inner product manipulation (Xie, Koyejo, Gupta, "Fall of Empires",
   UAI 2020): −ε times the mean;
 - `minmax`, `minsum`: Shejwalkar & Houmansadr, "Manipulating the Byzantine:
@@ -51,11 +52,24 @@ def _rows(honest: np.ndarray, least: int, attack: str) -> np.ndarray:
 
 
 def z_max(n: int, f: int) -> float:
-    """Baruch et al.'s z: s = ⌊n/2 + 1⌋ − f clients must be won over; z is
-    the standard normal's (n − s)/n quantile."""
+    """Baruch et al.'s z for `n` updates of which `f` collude: s = ⌊n/2 + 1⌋
+    − f honest clients must be won over; z is the standard normal's
+    (n − s)/n quantile.
+
+    Raises:
+        ValueError: unless 0 < f and s > 0. The attack is defined for a
+            minority that needs supporters: with s <= 0 the quantile is
+            Φ⁻¹(1) = inf or Φ⁻¹(> 1) = NaN, no shift at all.
+    """
     if not 0 < f < n:
         raise ValueError(f"z_max needs 0 < f < n, got n = {n}, f = {f}")
     s = math.floor(n / 2 + 1) - f
+    if s <= 0:
+        raise ValueError(
+            f"ALIE (Baruch et al. 2019) is defined for attackers who need"
+            f" s = ⌊n/2 + 1⌋ − f > 0 honest supporters; n = {n}, f = {f}"
+            f" gives s = {s} (its z_max would be {'inf' if s == 0 else 'NaN'})"
+        )
     return float(norm.ppf((n - s) / n))
 
 

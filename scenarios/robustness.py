@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from clusterfed.actors.attacks import z_max
 from clusterfed.actors.faults import POISONING, SIMULATED
 from clusterfed.algorithms import make
 from clusterfed.algorithms._buffers import Buffered
@@ -80,6 +81,10 @@ def check_attacks(scenario: Scenario) -> None:
     deviation of the coalition's honest updates, so they need two attackers
     of the same behaviour (or one with `knowledge = "all"` and an honest
     client beside it); mimic copies an honest client, so one must exist.
+    ALIE's own z (`z_max`, when `z` is unset) is defined for a coalition that
+    needs honest supporters, s = ⌊n/2 + 1⌋ − f > 0, with n the run's starting
+    clients (a round of the whole federation; a sampled round is checked again
+    when forged, and left honest with a warning) and f the coalition.
 
     Raises:
         ValueError: the reason, naming the `faulty` entry.
@@ -106,5 +111,12 @@ def check_attacks(scenario: Scenario) -> None:
                 " standard deviation to shift by; list at least 2 clients"
                 + ("" if faulty.knowledge == "all" else ' or set knowledge = "all"')
             )
+        if faulty.behaviour == "alie" and faulty.z is None:
+            try:
+                z_max(scenario.clients, len(coalition))
+            except ValueError as exc:
+                raise ValueError(
+                    f"{where}: {exc}; list fewer attackers or set z"
+                ) from exc
         if faulty.behaviour == "mimic" and len(faulty_ids) >= scenario.clients:
             raise ValueError(f"{where}: mimic copies an honest client; none is left")

@@ -4,6 +4,8 @@ stage them or are refused."""
 
 from __future__ import annotations
 
+import math
+import warnings
 from pathlib import Path
 
 import byzfl
@@ -14,7 +16,7 @@ from numpy.testing import assert_allclose
 
 import clusterfed
 from clusterfed.actors import attacks
-from clusterfed.actors.adversary import Adversary
+from clusterfed.actors.adversary import Adversary, AttackWarning
 from clusterfed.actors.faults import FaultPlan, FaultyClientSpec
 from clusterfed.actors.outcome import Exchange
 from clusterfed.actors.spec import build_trainer
@@ -53,6 +55,16 @@ def test_z_max_is_baruchs() -> None:
     assert attacks.z_max(50, 24) == pytest.approx(1.7507, abs=1e-4)
     # FLANDERS' layout: n = 100, f = 20: s = 31, Φ⁻¹(0.69).
     assert attacks.z_max(100, 20) == pytest.approx(0.4959, abs=1e-4)
+
+
+@pytest.mark.parametrize(("n", "f", "s"), [(5, 3, 0), (5, 4, -1), (20, 12, -1)])
+def test_z_max_refuses_a_coalition_that_needs_no_supporters(
+    n: int, f: int, s: int
+) -> None:
+    # s = ⌊n/2 + 1⌋ − f <= 0: Φ⁻¹(1) = inf, Φ⁻¹(> 1) = NaN, never a shift.
+    with pytest.raises(ValueError, match=f"gives s = {s} "):
+        attacks.z_max(n, f)
+    assert np.isfinite(attacks.z_max(n, math.floor(n / 2)))  # s = 1: defined
 
 
 def test_minmax_by_hand_on_two_scalars() -> None:
@@ -199,6 +211,31 @@ def test_with_knowledge_all_the_attack_is_computed_from_every_honest_update() ->
     assert not np.allclose(_delta(forged[1]), coalition_only)
 
 
+def test_a_majority_alie_round_is_left_honest_with_a_warning() -> None:
+    # 3 of the round's 5 updates: s = ⌊3.5⌋ − 3 = 0, z_max = inf. The
+    # replies stay honest (and finite) and the adversary says why.
+    deltas = np.random.default_rng(4).normal(size=(5, 4)).astype(np.float32)
+    adversary = Adversary()
+    for c in (0, 1, 2):
+        adversary.enlist(ClientId(c), [FaultPlan(behaviour="alie")], c)
+    exchanges = [(ClientId(c), _exchange(c, deltas[c])) for c in range(5)]
+    for client, exchange in exchanges:
+        adversary.observe(client, exchange)
+    with pytest.warns(AttackWarning, match="s = 0"):
+        forged = adversary.forge(3, exchanges)
+    assert all(f is e for f, (_, e) in zip(forged, exchanges, strict=True))
+    # Of 7 updates (2 honest more) the same coalition is a minority: forged.
+    more = np.random.default_rng(4).normal(size=(7, 4)).astype(np.float32)
+    exchanges = [(ClientId(c), _exchange(c, more[c])) for c in range(7)]
+    for client, exchange in exchanges:
+        adversary.observe(client, exchange)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AttackWarning)
+        forged = adversary.forge(3, exchanges)
+    expected = attacks.alie(more[:3].astype(np.float64), attacks.z_max(7, 3))
+    assert_allclose(_delta(forged[0]), expected, rtol=1e-6)
+
+
 def test_knowledge_is_refused_for_attacks_that_do_not_read_honest_updates() -> None:
     with pytest.raises(ValueError, match="knowledge = 'all' is for alie, ipm"):
         FaultPlan(behaviour="fang", knowledge="all")
@@ -250,6 +287,18 @@ def test_an_attack_the_scenario_cannot_stage_is_refused() -> None:
     assert alone.faulty[0].knowledge == "all"
     with pytest.raises(ScenarioError, match='use mode = "sync"'):
         with_overrides(base, ["faulty=alie", "algorithm=fedbuff", "mode=async"])
+
+
+def test_a_majority_alie_coalition_is_refused_unless_it_sets_z() -> None:
+    # 12 of 20 under the plain mean (no rule's assumption to break): ALIE's
+    # z_max is not defined there, s = ⌊11⌋ − 12 = −1.
+    base = load_scenario("byzantine")
+    majority = 'faulty={clients=[0,1,2,3,4,5,6,7,8,9,10,11], behaviour="alie"}'
+    with pytest.raises(ScenarioError, match=r"faulty\[0\] \(alie\).*s = -1"):
+        with_overrides(base, [majority])
+    with_overrides(base, [majority.replace('"alie"', '"alie", z=1.0')])
+    ten = majority.replace(",10,11", "")  # s = 1: Baruch et al.'s setting
+    assert len(with_overrides(base, [ten]).faulty[0].ids) == 10
 
 
 @pytest.mark.parametrize(
