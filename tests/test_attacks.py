@@ -20,6 +20,7 @@ from clusterfed.actors.adversary import Adversary, AttackWarning
 from clusterfed.actors.faults import FaultPlan, FaultyClientSpec
 from clusterfed.actors.outcome import Exchange
 from clusterfed.actors.spec import build_trainer
+from clusterfed.algorithms.robust import Krum, Median
 from clusterfed.errors import ScenarioError
 from clusterfed.protocol import Envelope, UpdateReply
 from clusterfed.scenarios import load_scenario
@@ -97,43 +98,106 @@ def test_minmax_keeps_within_the_honest_spread_and_minsum_within_its_sums() -> N
         assert np.linalg.norm(m - HONEST.mean(axis=0)) > 0.1  # it did move
 
 
-def test_fang_on_trimmed_mean_sends_values_beyond_the_honest_ends() -> None:
-    # Coordinate 0: honest 1 and 3, the mean goes up, so each attacker sends
-    # a value in [min/2, min] = [0.5, 1]; coordinate 1: honest −1 and −2, the
-    # mean goes down, so a value above the max: [max, max/2] = [−1, −0.5].
-    honest = np.array([[1.0, -1.0], [3.0, -2.0]])
-    rows = attacks.fang_trimmed(honest, 50, np.random.default_rng(0))
+def test_fang_full_knowledge_sends_values_in_the_papers_intervals() -> None:
+    # Benign coordinate 0: 1, 3, 2, the mean goes up (s = 1), w_min = 1 > 0,
+    # so [w_min/b, w_min] = [0.5, 1]; coordinate 1: −1, −2, −4, down (s = −1),
+    # w_max = −1 < 0, so [w_max, w_max/b] = [−1, −0.5].
+    benign = np.array([[1.0, -1.0], [3.0, -2.0], [2.0, -4.0]])
+    rows = attacks.fang_trimmed_full(benign, 50, np.random.default_rng(0))
     assert rows.shape == (50, 2)
     assert ((rows[:, 0] >= 0.5) & (rows[:, 0] <= 1.0)).all()
     assert ((rows[:, 1] >= -1.0) & (rows[:, 1] <= -0.5)).all()
-    # Coordinate 0: −1 and 5, up, a negative minimum: [b·min, min] = [−2, −1];
-    # coordinate 1: 1 and −5, down, a positive maximum: [max, b·max] = [1, 2].
-    other = attacks.fang_trimmed(
+    # Coordinate 0: −1 and 5, up, w_min < 0: [b·w_min, w_min] = [−2, −1];
+    # coordinate 1: 1 and −5, down, w_max > 0: [w_max, b·w_max] = [1, 2].
+    other = attacks.fang_trimmed_full(
         np.array([[-1.0, 1.0], [5.0, -5.0]]), 50, np.random.default_rng(0)
     )
     assert ((other[:, 0] >= -2.0) & (other[:, 0] <= -1.0)).all()
     assert ((other[:, 1] >= 1.0) & (other[:, 1] <= 2.0)).all()
+    assert other[:, 0].max() - other[:, 0].min() > 0.5  # drawn, not one value
 
 
-def test_fang_on_krum_is_the_largest_halved_lambda_krum_picks() -> None:
-    # Spread honest updates (non-IID-like) around a small mean: a copy near
-    # the origin is closer to them than they are to each other.
-    honest = np.random.default_rng(5).normal(0.1, 1.0, size=(6, 50))
-    vector = attacks.fang_krum(honest, 4, f=3)
-    direction = np.sign(honest.mean(axis=0))
-    lam = float(-vector @ direction) / 50
-    assert_allclose(vector, -lam * direction)
-    start = 2 * np.linalg.norm(honest, axis=1).max() / np.sqrt(50)
-    halvings = np.log2(start / lam)
-    assert halvings == pytest.approx(round(halvings)) and lam > 1e-5
+def test_fang_partial_knowledge_samples_three_to_four_sigmas_away() -> None:
+    # The coalition's own: coordinate 0: 0 and 2 (μ = 1 ≥ 0, σ = 1), so
+    # [μ − 4σ, μ − 3σ] = [−3, −2]; coordinate 1: 0 and −2 (μ = −1, σ = 1),
+    # so [μ + 3σ, μ + 4σ] = [2, 3].
+    own = np.array([[0.0, 0.0], [2.0, -2.0]])
+    rows = attacks.fang_trimmed_partial(own, 50, np.random.default_rng(1))
+    assert ((rows[:, 0] >= -3.0) & (rows[:, 0] <= -2.0)).all()
+    assert ((rows[:, 1] >= 2.0) & (rows[:, 1] <= 3.0)).all()
+
+
+def test_fang_lambda_bound_by_hand() -> None:
+    # m = 6 updates, c = 2 attackers, d = 4; benign a = 0, b = 2e₀, c = 2e₁,
+    # e = 4e₃. Each one's m − c − 2 = 2 nearest benign: a: 2 + 2 = 4 (the
+    # least), b and c: 2 + 2√2, e: 4 + √20. (1/((m − 2c − 1)·√d))·4 = 2, and
+    # max‖w_i − w_Re‖/√d = 4/2 = 2 (w_Re, the global model, is the origin).
+    benign = np.array([[0, 0, 0, 0], [2, 0, 0, 0], [0, 2, 0, 0], [0, 0, 0, 4.0]])
+    assert attacks.fang_lambda_bound(benign, 6, 2) == pytest.approx(4.0)
+    with pytest.raises(ValueError, match="m > 2c"):
+        attacks.fang_lambda_bound(benign, 5, 2)
+
+
+def _krum_picks_a_copy(honest: np.ndarray, vector: np.ndarray, c: int, f: int) -> bool:
     from clusterfed.algorithms.robust import krum
 
-    def picked(scale: float) -> bool:
-        copies = np.repeat((scale * vector)[None, :], 4, axis=0)
-        return krum(np.vstack([honest, copies]), 3)[0] >= 6
+    # The copies come first here (the attackers' lower ids): a tie is theirs.
+    copies = np.repeat(vector[None, :], c, axis=0)
+    return krum(np.vstack([copies, honest]), f)[0] < c
 
-    assert picked(1.0)
-    assert round(halvings) == 0 or not picked(2.0)  # the largest such λ
+
+def test_fang_on_krum_halves_lambda_from_the_bound_until_krum_picks_it() -> None:
+    # Spread honest updates (non-IID-like) around a small mean: the bound's
+    # λ is too large for Krum to pick the copies; some halving of it is not.
+    honest = np.random.default_rng(5).normal(0.1, 1.0, size=(6, 50))
+    start = attacks.fang_lambda_bound(honest, 10, 4)
+    direction = np.where(honest.mean(axis=0) >= 0, 1.0, -1.0)
+    assert not _krum_picks_a_copy(honest, -start * direction, 4, 3)
+    lam = attacks.fang_krum_lambda(honest, 4, 3, 10)
+    halvings = math.log2(start / lam)
+    assert halvings >= 1 and halvings == pytest.approx(round(halvings))
+    vector = attacks.fang_krum(honest, 4, 3, 10)
+    assert_allclose(vector, -lam * direction)
+    # Our Krum over the whole round (4 copies, 6 honest) picks a copy, and
+    # did not at the previous λ: the largest of the halvings it picks.
+    assert _krum_picks_a_copy(honest, vector, 4, 3)
+    assert not _krum_picks_a_copy(honest, 2 * vector, 4, 3)
+
+
+def test_fang_with_knowledge_all_is_computed_from_the_honest_updates() -> None:
+    # Under Krum (f = 3) over 10 updates, 4 of them fang's: the crafted
+    # vector is the search's over the 6 honest ones, and Krum picks it.
+    deltas = np.random.default_rng(5).normal(0.1, 1.0, size=(10, 50))
+    adversary = Adversary(Krum(f=3))
+    attackers = (0, 3, 5, 8)
+    plan = FaultPlan(behaviour="fang", knowledge="all")
+    for c in attackers:
+        adversary.enlist(ClientId(c), [plan], c)
+    exchanges = [(ClientId(c), _exchange(c, deltas[c])) for c in range(10)]
+    for client, exchange in exchanges:
+        adversary.observe(client, exchange)
+    forged = np.stack([_delta(e) for e in adversary.forge(3, exchanges)])
+    honest = np.array([c for c in range(10) if c not in attackers])
+    benign = deltas[honest].astype(np.float32).astype(np.float64)
+    expected = attacks.fang_krum(benign, 4, 3, 10)
+    for c in attackers:
+        assert_allclose(forged[c], expected, rtol=1e-6)
+    from clusterfed.algorithms.robust import krum
+
+    assert krum(forged, 3)[0] in attackers
+    # Under the median, each coordinate lies beyond the honest extremes
+    # (not the coalition's own), away from the honest mean's direction.
+    adversary = Adversary(Median())
+    for c in attackers:
+        adversary.enlist(ClientId(c), [plan], c)
+    for client, exchange in exchanges:
+        adversary.observe(client, exchange)
+    forged = np.stack([_delta(e) for e in adversary.forge(3, exchanges)])
+    up = benign.mean(axis=0) >= 0
+    low, high = benign.min(axis=0), benign.max(axis=0)
+    for c in attackers:
+        assert (forged[c][up] <= low[up] + 1e-6).all()
+        assert (forged[c][~up] >= high[~up] - 1e-6).all()
 
 
 def test_colluding_attacks_refuse_too_few_updates() -> None:
@@ -238,7 +302,8 @@ def test_a_majority_alie_round_is_left_honest_with_a_warning() -> None:
 
 def test_knowledge_is_refused_for_attacks_that_do_not_read_honest_updates() -> None:
     with pytest.raises(ValueError, match="knowledge = 'all' is for alie, ipm"):
-        FaultPlan(behaviour="fang", knowledge="all")
+        FaultPlan(behaviour="mimic", knowledge="all")
+    assert FaultPlan(behaviour="fang", knowledge="all").knowledge == "all"
     with pytest.raises(ValueError, match="not sign_flip"):
         FaultPlan(behaviour="sign_flip", knowledge="all")
 
@@ -285,6 +350,15 @@ def test_an_attack_the_scenario_cannot_stage_is_refused() -> None:
         base, ['faulty={clients=1, behaviour="alie", knowledge="all"}']
     )
     assert alone.faulty[0].knowledge == "all"
+    # Fang's partial knowledge estimates a spread from the coalition's own;
+    # its full knowledge reads the honest clients' updates instead.
+    with pytest.raises(ScenarioError, match="cannot estimate the benign"):
+        with_overrides(base, ['faulty={clients=1, behaviour="fang"}'])
+    fang = 'faulty={clients=1, behaviour="fang", knowledge="all"}'
+    assert with_overrides(base, [fang]).faulty[0].knowledge == "all"
+    everyone = fang.replace("clients=1", f"clients={list(range(20))}")
+    with pytest.raises(ScenarioError, match="honest clients' updates; none"):
+        with_overrides(base, [everyone])
     with pytest.raises(ScenarioError, match='use mode = "sync"'):
         with_overrides(base, ["faulty=alie", "algorithm=fedbuff", "mode=async"])
 
@@ -317,6 +391,18 @@ def test_each_attack_runs_in_the_byzantine_scenario(
     result = clusterfed.run(scenario, out=tmp_path, workers=1)
     rows = {c["id"]: c for c in result.rows[1]["clients"]}
     assert all(rows[c]["trained"] for c in (1, 6, 11, 16))
+    assert result.summary["rejected_messages"] == 0
+
+
+def test_fang_with_full_knowledge_runs_against_krum(tmp_path: Path) -> None:
+    scenario = with_overrides(
+        load_scenario("byzantine"),
+        ["faulty=fang", "faulty.knowledge=all", "aggregator=krum"]
+        + ["aggregator.f=4", "rounds=2"],
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AttackWarning)  # forged, not left honest
+        result = clusterfed.run(scenario, out=tmp_path, workers=1)
     assert result.summary["rejected_messages"] == 0
 
 
