@@ -18,11 +18,19 @@ ByzFL has the attack:
   NDSS 2021 (their AGR-agnostic attacks): the mean minus γ times a
   deviation (the coordinate-wise std by default, the mean's unit vector or
   its sign), γ the largest found by their halving search such that the
-  malicious vector's largest distance (minmax) or sum of squared distances
-  (minsum) to the honest ones stays within the honest ones' own largest;
+  malicious vector's largest distance to the honest ones stays within the
+  largest between two honest ones (minmax), or its sum of squared distances
+  to them within the least such sum of an honest one (minsum). Both as the
+  authors' code (github.com/vrt1shjwlkr/NDSS21-Model-Poisoning,
+  `our_attack_dist`, `our_attack_score`), which produced the paper's
+  figures: the unbiased std (torch.std), and MinSum's bound the least of the
+  honest sums where the paper's text writes the largest;
 - `mimic`: Karimireddy, He, Jaggi, "Byzantine-Robust Learning on
   Heterogeneous Datasets via Bucketing", ICLR 2022: an honest client's update
-  sent again by every attacker (the honest client with the lowest id);
+  sent again by every attacker. ByzFL's simplification: always the honest
+  client with the lowest id, where the paper's attacker picks, after a
+  warm-up, the client along the direction of the honest updates' largest
+  variance;
 - `gaussian`: a vector of N(0, σ²) coordinates, each attacker its own;
 - `fang_*`: Fang, Cao, Jia, Gong, "Local Model Poisoning Attacks to
   Byzantine-Robust Federated Learning", USENIX Security 2020: against the
@@ -97,8 +105,8 @@ def deviation(honest: np.ndarray, kind: Deviation) -> np.ndarray:
     """The direction MinMax and MinSum move against."""
     stack = np.asarray(honest, dtype=np.float64)
     mean = stack.mean(axis=0)
-    if kind == "std":
-        return np.asarray(stack.std(axis=0))
+    if kind == "std":  # unbiased, as the authors' torch.std
+        return np.asarray(stack.std(axis=0, ddof=1))
     if kind == "unit_vec":
         length = float(np.linalg.norm(mean))
         return np.asarray(mean / length if length > 0 else mean)
@@ -140,10 +148,11 @@ def minmax(honest: np.ndarray, kind: Deviation = "std") -> np.ndarray:
 
 def minsum(honest: np.ndarray, kind: Deviation = "std") -> np.ndarray:
     """The mean minus γ·deviation, its sum of squared distances to the honest
-    updates no larger than the largest such sum of an honest one."""
+    updates no larger than the least such sum of an honest one (the authors'
+    code; the paper's text bounds it by the largest)."""
     stack = _rows(honest, 2, "minsum")
     direction = deviation(stack, kind)
-    bound = float(squared_distances(stack).sum(axis=1).max())
+    bound = float(squared_distances(stack).sum(axis=1).min())
 
     def spread(vector: np.ndarray) -> float:
         return float(np.square(stack - vector).sum())
@@ -153,7 +162,9 @@ def minsum(honest: np.ndarray, kind: Deviation = "std") -> np.ndarray:
 
 
 def mimic(honest: np.ndarray) -> np.ndarray:
-    """The first honest update (the honest client of the lowest id)."""
+    """The first honest update (the honest client of the lowest id): ByzFL's
+    `Mimic`, not Karimireddy et al.'s choice of the client along the honest
+    updates' direction of largest variance after a warm-up."""
     return np.array(_rows(honest, 1, "mimic")[0])
 
 

@@ -69,21 +69,22 @@ def test_z_max_refuses_a_coalition_that_needs_no_supporters(
 
 
 def test_minmax_by_hand_on_two_scalars() -> None:
-    # Honest 0 and 2: mean 1, std 1, so m = 1 − γ. The largest honest
-    # distance is 2; m's largest distance, max(|m|, |m − 2|), is 2 up to
-    # γ = 1 (m = 0) and more beyond. The halving search stops within 1e-5
-    # below it.
+    # Honest 0 and 2: mean 1, unbiased std √2, so m = 1 − γ√2. The largest
+    # honest distance is 2; m's largest distance, max(|m|, |m − 2|), is 2 up
+    # to m = 0 and more beyond. The halving search stops within ~1e-5 in γ below.
     got = attacks.minmax(np.array([[0.0], [2.0]]))
-    assert got[0] == pytest.approx(0.0, abs=2e-5) and got[0] >= 0.0
-    # MinSum: m² + (m − 2)² ≤ max_i Σ_j (b_i − b_j)² = 4, so again m = 0.
-    assert attacks.minsum(np.array([[0.0], [2.0]]))[0] == pytest.approx(0, abs=2e-5)
-    # With three: honest 0, 1, 5 (mean 2, std √(14/3)); bounds 5 and
-    # max(0+1+25, 1+0+16, 25+16+0) = 41. Solved for m = 2 − γ·std:
-    # minmax: max(|m|, |m − 5|) = 5 at m = 0; minsum: 3m² − 12m + 26 = 41 at
-    # m = 2 − √(9) = −1.
+    assert got[0] == pytest.approx(0.0, abs=5e-5) and got[0] >= 0.0
+    # MinSum: m² + (m − 2)² ≤ min_i Σ_j (b_i − b_j)² = 4, so again m = 0.
+    assert attacks.minsum(np.array([[0.0], [2.0]]))[0] == pytest.approx(0, abs=5e-5)
+    # With three: honest 0, 1, 5 (mean 2, std √7); bounds 5 and the least
+    # of 0+1+25, 1+0+16, 25+16+0: 17 (the paper's text: the largest, 41).
+    # Solved for m = 2 − γ·std: minmax: max(|m|, |m − 5|) = 5 at m = 0;
+    # minsum: 3m² − 12m + 26 = 17 at m = 2 − √1 = 1 (41 would give −1).
     three = np.array([[0.0], [1.0], [5.0]])
     assert attacks.minmax(three)[0] == pytest.approx(0.0, abs=1e-4)
-    assert attacks.minsum(three)[0] == pytest.approx(-1.0, abs=1e-4)
+    assert attacks.minsum(three)[0] == pytest.approx(1.0, abs=1e-4)
+    # The unbiased std sets γ: minmax's γ is |m − 2|/std = 2/√7.
+    assert attacks.deviation(three, "std")[0] == pytest.approx(math.sqrt(7))
 
 
 def test_minmax_keeps_within_the_honest_spread_and_minsum_within_its_sums() -> None:
@@ -94,7 +95,7 @@ def test_minmax_keeps_within_the_honest_spread_and_minsum_within_its_sums() -> N
         assert far <= spread + 1e-9
         s = attacks.minsum(HONEST, kind)
         sums = [np.square(HONEST - h).sum() for h in HONEST]
-        assert np.square(HONEST - s).sum() <= max(sums) + 1e-9
+        assert np.square(HONEST - s).sum() <= min(sums) + 1e-9
         assert np.linalg.norm(m - HONEST.mean(axis=0)) > 0.1  # it did move
 
 
