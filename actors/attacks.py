@@ -258,8 +258,10 @@ def fang_krum_lambda(benign: np.ndarray, attackers: int, f: int, n: int) -> floa
     until λ < 1e-5 (that λ, then). Under knowledge = "all" those are the
     round's honest updates, so the search runs over the whole round; under
     the coalition's own, over 2c rows, with f capped where Krum is defined
-    over them. The copies come last: Krum breaks a tie for the lower row, so
-    a tie counts as not picked."""
+    over them: there c − 1 identical copies are each other's nearest, so the
+    bound's λ often stands (the partial-knowledge search is a weak one). The
+    copies come last: Krum breaks a tie for the lower row, so a tie counts as
+    not picked."""
     from clusterfed.algorithms.robust import krum
 
     stack = _rows(benign, 1, "fang")
