@@ -22,9 +22,12 @@ What each attack knows:
   not the updates seen, is ALIE's f);
 - `mimic`: the update of the honest client of the lowest id that replied
   (an honest update is what it copies);
-- `fang`: the coalition's honest updates and the rule in use (Fang et al.
-  define one attack per rule: Krum's for `krum` and `bulyan`, the trimmed
-  mean's for every other rule);
+- `fang`: the rule in use (Fang et al. define one attack per rule: Krum's
+  for `krum` and `bulyan`, the trimmed mean's for every other rule) and, as
+  the paper's two settings, by default its coalition's honest updates
+  (partial knowledge: the benign updates estimated from its own) or, with
+  `knowledge = "all"`, every honest client's update of the round (full
+  knowledge: the benign updates themselves, not the coalition's own);
 - `gaussian`: nothing; each attacker draws its own vector from its seed.
 
 Everything is taken in client order, so the forged vectors are the same in
@@ -115,7 +118,11 @@ class Adversary:
                         vectors[c] = attacks.gaussian(known.shape[1], plan.sigma, rng)
                     continue
                 if behaviour == "fang":
-                    vectors.update(self._fang(members, known, round))
+                    benign = honest if plan.knowledge == "all" else members
+                    if not benign:
+                        raise ValueError("fang needs an honest update, none came")
+                    known = np.stack([seen[c] for c in benign])
+                    vectors.update(self._fang(plan, members, known, len(seen), round))
                     continue
                 if behaviour == "mimic":
                     if not honest:
@@ -123,7 +130,7 @@ class Adversary:
                     vector = attacks.mimic(np.stack([seen[honest[0]]]))
                 else:
                     vector = self._colluding(
-                        behaviour, plan, known, len(exchanges), len(members)
+                        behaviour, plan, known, len(seen), len(members)
                     )
             except ValueError as exc:
                 warnings.warn(
@@ -136,33 +143,45 @@ class Adversary:
         return [_with_delta(e, vectors[c]) if c in vectors else e for c, e in exchanges]
 
     def _fang(
-        self, members: list[ClientId], known: np.ndarray, round: int
+        self,
+        plan: FaultPlan,
+        members: list[ClientId],
+        benign: np.ndarray,
+        updates: int,
+        round: int,
     ) -> dict[ClientId, np.ndarray]:
         """Fang et al.'s attack on the rule in use: Krum's (Krum, Bulyan) or
-        the trimmed mean's (every other rule, the median's included)."""
-        rule = self.aggregator
+        the trimmed mean's (every other rule, the median's included), from
+        the `benign` updates the coalition knows, of the round's `updates`."""
+        rule, c = self.aggregator, len(members)
         if isinstance(rule, Krum | Bulyan):
-            vector = attacks.fang_krum(known, len(members), rule.f)
-            return {c: vector for c in members}
+            vector = attacks.fang_krum(benign, c, rule.f, updates)
+            return {member: vector for member in members}
         rng = numpy_rng(self.seeds[members[0]], FANG_KEY, round)
-        rows = attacks.fang_trimmed(known, len(members), rng)
-        return {c: rows[i] for i, c in enumerate(members)}
+        if plan.knowledge == "all":
+            rows = attacks.fang_trimmed_full(benign, c, rng)
+        else:
+            rows = attacks.fang_trimmed_partial(benign, c, rng)
+        return {member: rows[i] for i, member in enumerate(members)}
 
     @staticmethod
     def _colluding(
         behaviour: str,
         plan: FaultPlan,
         known: np.ndarray,
-        participants: int,
+        updates: int,
         attackers: int,
     ) -> np.ndarray:
+        """The colluding attack's one vector. `updates`, ALIE's n, counts the
+        round's updates that came (the sampled clients' that replied, the
+        attackers' among them): the ones the rule will fold."""
         assert behaviour in COLLUDING
         if behaviour == "ipm":
             return attacks.ipm(known, plan.epsilon)
         if behaviour == "alie":
             z = plan.z
-            if z is None:
-                z = attacks.z_max(max(participants, attackers + 1), attackers)
+            if z is None:  # a majority this round: z_max says why, and
+                z = attacks.z_max(updates, attackers)  # the replies stay honest
             return attacks.alie(known, z)
         if behaviour == "minmax":
             return attacks.minmax(known, plan.deviation)

@@ -106,9 +106,10 @@ SIMULATED: tuple[Behaviour, ...] = (
 answers honestly, and its coalition's vector replaces its delta on the way."""
 COLLUDING: tuple[Behaviour, ...] = ("alie", "ipm", "minmax", "minsum", "fang")
 """The attacks computed from the coalition's honest updates of the round."""
-INFORMED: tuple[Behaviour, ...] = ("alie", "ipm", "minmax", "minsum")
-"""The colluding attacks that can see every honest update (`knowledge`):
-Fang's keeps its own form, the coalition's updates as the benign ones."""
+INFORMED: tuple[Behaviour, ...] = ("alie", "ipm", "minmax", "minsum", "fang")
+"""The colluding attacks that can see every honest update (`knowledge`);
+Fang's are then the paper's full-knowledge ones, its partial-knowledge ones
+without."""
 DATA_POISONING: tuple[Behaviour, ...] = ("label_flip", "backdoor")
 """The attacks on a client's own data, for the whole run (`poisoned_data`)."""
 POISONING: tuple[Behaviour, ...] = ("sign_flip", *SIMULATED, *DATA_POISONING)
@@ -160,10 +161,10 @@ class FaultPlan(BaseModel):
     )
     knowledge: Literal["coalition", "all"] = Field(
         "coalition",
-        description="alie, ipm, minmax, minsum: the honest updates the attack"
-        " is computed from: its coalition's own, or every client's of the"
-        " round (the attacker who knows the benign updates: IPM's paper,"
-        " Shejwalkar & Houmansadr's full-knowledge setting)",
+        description="alie, ipm, minmax, minsum, fang: the honest updates the"
+        " attack is computed from: its coalition's own, or every client's of"
+        " the round (the attacker who knows the benign updates: IPM's paper,"
+        " Shejwalkar & Houmansadr's and Fang et al.'s full-knowledge setting)",
     )
     sigma: float = Field(
         1.0, gt=0, allow_inf_nan=False, description="gaussian: each coordinate's σ"

@@ -24,8 +24,8 @@ class Faulty(FaultPlan):
     coalition's honest updates, or with `knowledge = "all"` every client's):
     "alie" (mean + `z` std of the coalition's honest updates), "ipm"
     (−`epsilon` × their mean), "minmax" / "minsum" (Shejwalkar & Houmansadr;
-    `deviation`), "fang"
-    (Fang et al., against the aggregator in use),
+    `deviation`), "fang" (Fang et al., against the aggregator in use;
+    partial knowledge, or full with `knowledge = "all"`),
     "mimic" (an honest client's update), "gaussian" (N(0, `sigma`²)), or
     "label_flip" (trains on labels C − 1 − y, the whole run) or "backdoor"
     (a pixel trigger on `poison_share` of its images, labelled `target`; the

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from clusterfed.actors.attacks import z_max
 from clusterfed.actors.faults import POISONING, SIMULATED
 from clusterfed.algorithms import make
 from clusterfed.algorithms._buffers import Buffered
@@ -79,7 +80,14 @@ def check_attacks(scenario: Scenario) -> None:
     round (`actors/adversary.py`); ALIE, MinMax and MinSum take a standard
     deviation of the coalition's honest updates, so they need two attackers
     of the same behaviour (or one with `knowledge = "all"` and an honest
-    client beside it); mimic copies an honest client, so one must exist.
+    client beside it); so does Fang's partial-knowledge attack (the
+    coalition's own updates stand for the benign ones), while its
+    full-knowledge one (`knowledge = "all"`) and mimic read honest clients'
+    updates, so one must exist.
+    ALIE's own z (`z_max`, when `z` is unset) is defined for a coalition that
+    needs honest supporters, s = ⌊n/2 + 1⌋ − f > 0, with n the run's starting
+    clients (a round of the whole federation; a sampled round is checked again
+    when forged, and left honest with a warning) and f the coalition.
 
     Raises:
         ValueError: the reason, naming the `faulty` entry.
@@ -97,14 +105,32 @@ def check_attacks(scenario: Scenario) -> None:
         coalition = {
             c for f in scenario.faulty if f.behaviour == faulty.behaviour for c in f.ids
         }
-        seen = len(coalition)
-        if faulty.knowledge == "all":
-            seen += scenario.clients - len(faulty_ids)  # every honest client
+        honest = scenario.clients - len(faulty_ids)
+        seen = len(coalition) + (honest if faulty.knowledge == "all" else 0)
+        if faulty.behaviour == "fang":
+            if faulty.knowledge == "all" and honest < 1:
+                raise ValueError(
+                    f'{where}: with knowledge = "all" it attacks from the honest'
+                    " clients' updates; none is left"
+                )
+            if faulty.knowledge == "coalition" and len(coalition) < 2:
+                raise ValueError(
+                    f"{where}: a coalition of {len(coalition)} client(s) cannot"
+                    " estimate the benign updates' spread (Fang et al.'s partial"
+                    ' knowledge); list at least 2 clients or set knowledge = "all"'
+                )
         if faulty.behaviour in SHIFTED and seen < 2:
             raise ValueError(
                 f"{where}: a coalition of {len(coalition)} client(s) has no"
                 " standard deviation to shift by; list at least 2 clients"
                 + ("" if faulty.knowledge == "all" else ' or set knowledge = "all"')
             )
-        if faulty.behaviour == "mimic" and len(faulty_ids) >= scenario.clients:
+        if faulty.behaviour == "alie" and faulty.z is None:
+            try:
+                z_max(scenario.clients, len(coalition))
+            except ValueError as exc:
+                raise ValueError(
+                    f"{where}: {exc}; list fewer attackers or set z"
+                ) from exc
+        if faulty.behaviour == "mimic" and honest < 1:
             raise ValueError(f"{where}: mimic copies an honest client; none is left")

@@ -4,6 +4,8 @@ stage them or are refused."""
 
 from __future__ import annotations
 
+import math
+import warnings
 from pathlib import Path
 
 import byzfl
@@ -14,10 +16,11 @@ from numpy.testing import assert_allclose
 
 import clusterfed
 from clusterfed.actors import attacks
-from clusterfed.actors.adversary import Adversary
+from clusterfed.actors.adversary import Adversary, AttackWarning
 from clusterfed.actors.faults import FaultPlan, FaultyClientSpec
 from clusterfed.actors.outcome import Exchange
 from clusterfed.actors.spec import build_trainer
+from clusterfed.algorithms.robust import Krum, Median
 from clusterfed.errors import ScenarioError
 from clusterfed.protocol import Envelope, UpdateReply
 from clusterfed.scenarios import load_scenario
@@ -55,22 +58,33 @@ def test_z_max_is_baruchs() -> None:
     assert attacks.z_max(100, 20) == pytest.approx(0.4959, abs=1e-4)
 
 
+@pytest.mark.parametrize(("n", "f", "s"), [(5, 3, 0), (5, 4, -1), (20, 12, -1)])
+def test_z_max_refuses_a_coalition_that_needs_no_supporters(
+    n: int, f: int, s: int
+) -> None:
+    # s = ⌊n/2 + 1⌋ − f <= 0: Φ⁻¹(1) = inf, Φ⁻¹(> 1) = NaN, never a shift.
+    with pytest.raises(ValueError, match=f"gives s = {s} "):
+        attacks.z_max(n, f)
+    assert np.isfinite(attacks.z_max(n, math.floor(n / 2)))  # s = 1: defined
+
+
 def test_minmax_by_hand_on_two_scalars() -> None:
-    # Honest 0 and 2: mean 1, std 1, so m = 1 − γ. The largest honest
-    # distance is 2; m's largest distance, max(|m|, |m − 2|), is 2 up to
-    # γ = 1 (m = 0) and more beyond. The halving search stops within 1e-5
-    # below it.
+    # Honest 0 and 2: mean 1, unbiased std √2, so m = 1 − γ√2. The largest
+    # honest distance is 2; m's largest distance, max(|m|, |m − 2|), is 2 up
+    # to m = 0 and more beyond. The halving search stops within ~1e-5 in γ below.
     got = attacks.minmax(np.array([[0.0], [2.0]]))
-    assert got[0] == pytest.approx(0.0, abs=2e-5) and got[0] >= 0.0
-    # MinSum: m² + (m − 2)² ≤ max_i Σ_j (b_i − b_j)² = 4, so again m = 0.
-    assert attacks.minsum(np.array([[0.0], [2.0]]))[0] == pytest.approx(0, abs=2e-5)
-    # With three: honest 0, 1, 5 (mean 2, std √(14/3)); bounds 5 and
-    # max(0+1+25, 1+0+16, 25+16+0) = 41. Solved for m = 2 − γ·std:
-    # minmax: max(|m|, |m − 5|) = 5 at m = 0; minsum: 3m² − 12m + 26 = 41 at
-    # m = 2 − √(9) = −1.
+    assert got[0] == pytest.approx(0.0, abs=5e-5) and got[0] >= 0.0
+    # MinSum: m² + (m − 2)² ≤ min_i Σ_j (b_i − b_j)² = 4, so again m = 0.
+    assert attacks.minsum(np.array([[0.0], [2.0]]))[0] == pytest.approx(0, abs=5e-5)
+    # With three: honest 0, 1, 5 (mean 2, std √7); bounds 5 and the least
+    # of 0+1+25, 1+0+16, 25+16+0: 17 (the paper's text: the largest, 41).
+    # Solved for m = 2 − γ·std: minmax: max(|m|, |m − 5|) = 5 at m = 0;
+    # minsum: 3m² − 12m + 26 = 17 at m = 2 − √1 = 1 (41 would give −1).
     three = np.array([[0.0], [1.0], [5.0]])
     assert attacks.minmax(three)[0] == pytest.approx(0.0, abs=1e-4)
-    assert attacks.minsum(three)[0] == pytest.approx(-1.0, abs=1e-4)
+    assert attacks.minsum(three)[0] == pytest.approx(1.0, abs=1e-4)
+    # The unbiased std sets γ: minmax's γ is |m − 2|/std = 2/√7.
+    assert attacks.deviation(three, "std")[0] == pytest.approx(math.sqrt(7))
 
 
 def test_minmax_keeps_within_the_honest_spread_and_minsum_within_its_sums() -> None:
@@ -81,47 +95,110 @@ def test_minmax_keeps_within_the_honest_spread_and_minsum_within_its_sums() -> N
         assert far <= spread + 1e-9
         s = attacks.minsum(HONEST, kind)
         sums = [np.square(HONEST - h).sum() for h in HONEST]
-        assert np.square(HONEST - s).sum() <= max(sums) + 1e-9
+        assert np.square(HONEST - s).sum() <= min(sums) + 1e-9
         assert np.linalg.norm(m - HONEST.mean(axis=0)) > 0.1  # it did move
 
 
-def test_fang_on_trimmed_mean_sends_values_beyond_the_honest_ends() -> None:
-    # Coordinate 0: honest 1 and 3, the mean goes up, so each attacker sends
-    # a value in [min/2, min] = [0.5, 1]; coordinate 1: honest −1 and −2, the
-    # mean goes down, so a value above the max: [max, max/2] = [−1, −0.5].
-    honest = np.array([[1.0, -1.0], [3.0, -2.0]])
-    rows = attacks.fang_trimmed(honest, 50, np.random.default_rng(0))
+def test_fang_full_knowledge_sends_values_in_the_papers_intervals() -> None:
+    # Benign coordinate 0: 1, 3, 2, the mean goes up (s = 1), w_min = 1 > 0,
+    # so [w_min/b, w_min] = [0.5, 1]; coordinate 1: −1, −2, −4, down (s = −1),
+    # w_max = −1 < 0, so [w_max, w_max/b] = [−1, −0.5].
+    benign = np.array([[1.0, -1.0], [3.0, -2.0], [2.0, -4.0]])
+    rows = attacks.fang_trimmed_full(benign, 50, np.random.default_rng(0))
     assert rows.shape == (50, 2)
     assert ((rows[:, 0] >= 0.5) & (rows[:, 0] <= 1.0)).all()
     assert ((rows[:, 1] >= -1.0) & (rows[:, 1] <= -0.5)).all()
-    # Coordinate 0: −1 and 5, up, a negative minimum: [b·min, min] = [−2, −1];
-    # coordinate 1: 1 and −5, down, a positive maximum: [max, b·max] = [1, 2].
-    other = attacks.fang_trimmed(
+    # Coordinate 0: −1 and 5, up, w_min < 0: [b·w_min, w_min] = [−2, −1];
+    # coordinate 1: 1 and −5, down, w_max > 0: [w_max, b·w_max] = [1, 2].
+    other = attacks.fang_trimmed_full(
         np.array([[-1.0, 1.0], [5.0, -5.0]]), 50, np.random.default_rng(0)
     )
     assert ((other[:, 0] >= -2.0) & (other[:, 0] <= -1.0)).all()
     assert ((other[:, 1] >= 1.0) & (other[:, 1] <= 2.0)).all()
+    assert other[:, 0].max() - other[:, 0].min() > 0.5  # drawn, not one value
 
 
-def test_fang_on_krum_is_the_largest_halved_lambda_krum_picks() -> None:
-    # Spread honest updates (non-IID-like) around a small mean: a copy near
-    # the origin is closer to them than they are to each other.
-    honest = np.random.default_rng(5).normal(0.1, 1.0, size=(6, 50))
-    vector = attacks.fang_krum(honest, 4, f=3)
-    direction = np.sign(honest.mean(axis=0))
-    lam = float(-vector @ direction) / 50
-    assert_allclose(vector, -lam * direction)
-    start = 2 * np.linalg.norm(honest, axis=1).max() / np.sqrt(50)
-    halvings = np.log2(start / lam)
-    assert halvings == pytest.approx(round(halvings)) and lam > 1e-5
+def test_fang_partial_knowledge_samples_three_to_four_sigmas_away() -> None:
+    # The coalition's own: coordinate 0: 0 and 2 (μ = 1 ≥ 0, σ = 1), so
+    # [μ − 4σ, μ − 3σ] = [−3, −2]; coordinate 1: 0 and −2 (μ = −1, σ = 1),
+    # so [μ + 3σ, μ + 4σ] = [2, 3].
+    own = np.array([[0.0, 0.0], [2.0, -2.0]])
+    rows = attacks.fang_trimmed_partial(own, 50, np.random.default_rng(1))
+    assert ((rows[:, 0] >= -3.0) & (rows[:, 0] <= -2.0)).all()
+    assert ((rows[:, 1] >= 2.0) & (rows[:, 1] <= 3.0)).all()
+
+
+def test_fang_lambda_bound_by_hand() -> None:
+    # m = 6 updates, c = 2 attackers, d = 4; benign a = 0, b = 2e₀, c = 2e₁,
+    # e = 4e₃. Each one's m − c − 2 = 2 nearest benign: a: 2 + 2 = 4 (the
+    # least), b and c: 2 + 2√2, e: 4 + √20. (1/((m − 2c − 1)·√d))·4 = 2, and
+    # max‖w_i − w_Re‖/√d = 4/2 = 2 (w_Re, the global model, is the origin).
+    benign = np.array([[0, 0, 0, 0], [2, 0, 0, 0], [0, 2, 0, 0], [0, 0, 0, 4.0]])
+    assert attacks.fang_lambda_bound(benign, 6, 2) == pytest.approx(4.0)
+    with pytest.raises(ValueError, match="m > 2c"):
+        attacks.fang_lambda_bound(benign, 5, 2)
+
+
+def _krum_picks_a_copy(honest: np.ndarray, vector: np.ndarray, c: int, f: int) -> bool:
     from clusterfed.algorithms.robust import krum
 
-    def picked(scale: float) -> bool:
-        copies = np.repeat((scale * vector)[None, :], 4, axis=0)
-        return krum(np.vstack([honest, copies]), 3)[0] >= 6
+    # The copies come first here (the attackers' lower ids): a tie is theirs.
+    copies = np.repeat(vector[None, :], c, axis=0)
+    return krum(np.vstack([copies, honest]), f)[0] < c
 
-    assert picked(1.0)
-    assert round(halvings) == 0 or not picked(2.0)  # the largest such λ
+
+def test_fang_on_krum_halves_lambda_from_the_bound_until_krum_picks_it() -> None:
+    # Spread honest updates (non-IID-like) around a small mean: the bound's
+    # λ is too large for Krum to pick the copies; some halving of it is not.
+    honest = np.random.default_rng(5).normal(0.1, 1.0, size=(6, 50))
+    start = attacks.fang_lambda_bound(honest, 10, 4)
+    direction = np.where(honest.mean(axis=0) >= 0, 1.0, -1.0)
+    assert not _krum_picks_a_copy(honest, -start * direction, 4, 3)
+    lam = attacks.fang_krum_lambda(honest, 4, 3, 10)
+    halvings = math.log2(start / lam)
+    assert halvings >= 1 and halvings == pytest.approx(round(halvings))
+    vector = attacks.fang_krum(honest, 4, 3, 10)
+    assert_allclose(vector, -lam * direction)
+    # Our Krum over the whole round (4 copies, 6 honest) picks a copy, and
+    # did not at the previous λ: the largest of the halvings it picks.
+    assert _krum_picks_a_copy(honest, vector, 4, 3)
+    assert not _krum_picks_a_copy(honest, 2 * vector, 4, 3)
+
+
+def test_fang_with_knowledge_all_is_computed_from_the_honest_updates() -> None:
+    # Under Krum (f = 3) over 10 updates, 4 of them fang's: the crafted
+    # vector is the search's over the 6 honest ones, and Krum picks it.
+    deltas = np.random.default_rng(5).normal(0.1, 1.0, size=(10, 50))
+    adversary = Adversary(Krum(f=3))
+    attackers = (0, 3, 5, 8)
+    plan = FaultPlan(behaviour="fang", knowledge="all")
+    for c in attackers:
+        adversary.enlist(ClientId(c), [plan], c)
+    exchanges = [(ClientId(c), _exchange(c, deltas[c])) for c in range(10)]
+    for client, exchange in exchanges:
+        adversary.observe(client, exchange)
+    forged = np.stack([_delta(e) for e in adversary.forge(3, exchanges)])
+    honest = np.array([c for c in range(10) if c not in attackers])
+    benign = deltas[honest].astype(np.float32).astype(np.float64)
+    expected = attacks.fang_krum(benign, 4, 3, 10)
+    for c in attackers:
+        assert_allclose(forged[c], expected, rtol=1e-6)
+    from clusterfed.algorithms.robust import krum
+
+    assert krum(forged, 3)[0] in attackers
+    # Under the median, each coordinate lies beyond the honest extremes
+    # (not the coalition's own), away from the honest mean's direction.
+    adversary = Adversary(Median())
+    for c in attackers:
+        adversary.enlist(ClientId(c), [plan], c)
+    for client, exchange in exchanges:
+        adversary.observe(client, exchange)
+    forged = np.stack([_delta(e) for e in adversary.forge(3, exchanges)])
+    up = benign.mean(axis=0) >= 0
+    low, high = benign.min(axis=0), benign.max(axis=0)
+    for c in attackers:
+        assert (forged[c][up] <= low[up] + 1e-6).all()
+        assert (forged[c][~up] >= high[~up] - 1e-6).all()
 
 
 def test_colluding_attacks_refuse_too_few_updates() -> None:
@@ -199,9 +276,35 @@ def test_with_knowledge_all_the_attack_is_computed_from_every_honest_update() ->
     assert not np.allclose(_delta(forged[1]), coalition_only)
 
 
+def test_a_majority_alie_round_is_left_honest_with_a_warning() -> None:
+    # 3 of the round's 5 updates: s = ⌊3.5⌋ − 3 = 0, z_max = inf. The
+    # replies stay honest (and finite) and the adversary says why.
+    deltas = np.random.default_rng(4).normal(size=(5, 4)).astype(np.float32)
+    adversary = Adversary()
+    for c in (0, 1, 2):
+        adversary.enlist(ClientId(c), [FaultPlan(behaviour="alie")], c)
+    exchanges = [(ClientId(c), _exchange(c, deltas[c])) for c in range(5)]
+    for client, exchange in exchanges:
+        adversary.observe(client, exchange)
+    with pytest.warns(AttackWarning, match="s = 0"):
+        forged = adversary.forge(3, exchanges)
+    assert all(f is e for f, (_, e) in zip(forged, exchanges, strict=True))
+    # Of 7 updates (2 honest more) the same coalition is a minority: forged.
+    more = np.random.default_rng(4).normal(size=(7, 4)).astype(np.float32)
+    exchanges = [(ClientId(c), _exchange(c, more[c])) for c in range(7)]
+    for client, exchange in exchanges:
+        adversary.observe(client, exchange)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AttackWarning)
+        forged = adversary.forge(3, exchanges)
+    expected = attacks.alie(more[:3].astype(np.float64), attacks.z_max(7, 3))
+    assert_allclose(_delta(forged[0]), expected, rtol=1e-6)
+
+
 def test_knowledge_is_refused_for_attacks_that_do_not_read_honest_updates() -> None:
     with pytest.raises(ValueError, match="knowledge = 'all' is for alie, ipm"):
-        FaultPlan(behaviour="fang", knowledge="all")
+        FaultPlan(behaviour="mimic", knowledge="all")
+    assert FaultPlan(behaviour="fang", knowledge="all").knowledge == "all"
     with pytest.raises(ValueError, match="not sign_flip"):
         FaultPlan(behaviour="sign_flip", knowledge="all")
 
@@ -248,8 +351,29 @@ def test_an_attack_the_scenario_cannot_stage_is_refused() -> None:
         base, ['faulty={clients=1, behaviour="alie", knowledge="all"}']
     )
     assert alone.faulty[0].knowledge == "all"
+    # Fang's partial knowledge estimates a spread from the coalition's own;
+    # its full knowledge reads the honest clients' updates instead.
+    with pytest.raises(ScenarioError, match="cannot estimate the benign"):
+        with_overrides(base, ['faulty={clients=1, behaviour="fang"}'])
+    fang = 'faulty={clients=1, behaviour="fang", knowledge="all"}'
+    assert with_overrides(base, [fang]).faulty[0].knowledge == "all"
+    everyone = fang.replace("clients=1", f"clients={list(range(20))}")
+    with pytest.raises(ScenarioError, match="honest clients' updates; none"):
+        with_overrides(base, [everyone])
     with pytest.raises(ScenarioError, match='use mode = "sync"'):
         with_overrides(base, ["faulty=alie", "algorithm=fedbuff", "mode=async"])
+
+
+def test_a_majority_alie_coalition_is_refused_unless_it_sets_z() -> None:
+    # 12 of 20 under the plain mean (no rule's assumption to break): ALIE's
+    # z_max is not defined there, s = ⌊11⌋ − 12 = −1.
+    base = load_scenario("byzantine")
+    majority = 'faulty={clients=[0,1,2,3,4,5,6,7,8,9,10,11], behaviour="alie"}'
+    with pytest.raises(ScenarioError, match=r"faulty\[0\] \(alie\).*s = -1"):
+        with_overrides(base, [majority])
+    with_overrides(base, [majority.replace('"alie"', '"alie", z=1.0')])
+    ten = majority.replace(",10,11", "")  # s = 1: Baruch et al.'s setting
+    assert len(with_overrides(base, [ten]).faulty[0].ids) == 10
 
 
 @pytest.mark.parametrize(
@@ -268,6 +392,18 @@ def test_each_attack_runs_in_the_byzantine_scenario(
     result = clusterfed.run(scenario, out=tmp_path, workers=1)
     rows = {c["id"]: c for c in result.rows[1]["clients"]}
     assert all(rows[c]["trained"] for c in (1, 6, 11, 16))
+    assert result.summary["rejected_messages"] == 0
+
+
+def test_fang_with_full_knowledge_runs_against_krum(tmp_path: Path) -> None:
+    scenario = with_overrides(
+        load_scenario("byzantine"),
+        ["faulty=fang", "faulty.knowledge=all", "aggregator=krum"]
+        + ["aggregator.f=4", "rounds=2"],
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AttackWarning)  # forged, not left honest
+        result = clusterfed.run(scenario, out=tmp_path, workers=1)
     assert result.summary["rejected_messages"] == 0
 
 

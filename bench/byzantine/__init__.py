@@ -47,8 +47,11 @@ DEFENCES: dict[str, tuple[str, ...]] = {
     "nnm+krum": ("aggregator=nnm+krum", "aggregator.f={f}", "aggregator.nnm_f={f}"),
     "bucketing+median": ("aggregator=bucketing+median",),
 }
-# FLANDERS' README table, Fashion-MNIST, 20 % Byzantine (baselines/flanders
-# in adap/flower): (attack, defence) → final accuracy. Our names.
+# FLANDERS' figures, Fashion-MNIST (Flower's baselines/flanders/README.md,
+# "Accuracy w.r.t. number of attackers": screenshots of the accuracy_table of
+# plotting/FLANDERS_results.ipynb; b = 20 attackers, b = 0 for "none"): the
+# best centralised test accuracy over rounds 3 to 50 of one run, rounded to 2
+# decimals; a maximum, not a final accuracy. (attack, defence) → that figure.
 FLANDERS = {
     ("none", "mean"): 0.68,
     ("alie", "mean"): 0.17,

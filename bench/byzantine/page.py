@@ -1,6 +1,6 @@
 """docs/BYZANTINE.md from the recorded outcomes: the attack × defence table
 (final accuracy, mean over the seeds with its 95 % interval, FLANDERS'
-figures beside), the clustered section, what is missing, and the cost."""
+best-round figures beside), the clustered section, what is missing, and the cost."""
 
 from __future__ import annotations
 
@@ -78,8 +78,11 @@ def write_page(
         " attackers are told it (f = 20; multi-Krum averages m = 80). Each cell"
         " is FedAvg's final mean accuracy over the honest clients, the mean of"
         " the seeds ± the half-width of its 95 % Student t interval;"
-        " *FLANDERS* is the published figure of that cell (their training, not"
-        " ours: a reference, not a replication). The last row is the backdoor's"
+        " *FLANDERS* is the published figure of that cell (Flower's"
+        " baselines/flanders README, its tables for b = 20 and b = 0: the"
+        " best centralised test accuracy over rounds 3–50 of one run, a"
+        " maximum, not a final accuracy; their training, not ours: a"
+        " reference, not a replication). The last row is the backdoor's"
         " success rate: the share of triggered test images of other labels the"
         " final model calls the target.",
         "",
