@@ -20,11 +20,11 @@ Theorem 1). The server reads b_k from the clipped update's norm (a clipped
 update's norm is C, to rounding): a client sends nothing more.
 
 What is private: one ε at δ covers each client's whole participation, from
-Opacus' RDP accountant (its default orders) over the rounds at the
-algorithm's client sampling rate. Opacus ships the accountant and the
-planner; it has no DP-FedAvg, so the clipping, the noise and the bound's
-update are written here (tests/test_client_dp.py holds them to the papers'
-formulas and the noise to its planned standard deviation).
+Opacus' accountant (`dp.accountant`: "rdp" at its default orders, or "prv")
+over the rounds at the algorithm's client sampling rate. Opacus ships the
+accountant and the planner; it has no DP-FedAvg, so the clipping, the noise
+and the bound's update are written here (tests/test_client_dp.py holds them
+to the papers' formulas and the noise to its planned standard deviation).
 """
 
 from __future__ import annotations
@@ -65,6 +65,8 @@ class ClientDPPlan:
         target_quantile, clip_lr: γ and η_C of the bound's update.
         count_noise: σ_b, the count's noise (adaptive clipping).
         seed: the run's seed, whose stream the noise is drawn from.
+        accountant: Opacus' accountant that planned z and keeps the books
+            ("rdp" or "prv").
     """
 
     epsilon: float
@@ -78,6 +80,7 @@ class ClientDPPlan:
     clip_lr: float = 0.2
     count_noise: float = 1.0
     seed: int = 0
+    accountant: str = "rdp"
 
     @property
     def update_noise_multiplier(self) -> float:
@@ -199,14 +202,14 @@ class ClientLevelDP:
         )
 
     def spent(self) -> float:
-        """ε spent so far at the plan's δ: Opacus' RDP accountant, one step a
-        round at the client sampling rate with multiplier z."""
+        """ε spent so far at the plan's δ: the plan's Opacus accountant, one
+        step a round at the client sampling rate with multiplier z."""
         if self.rounds_done == 0:
             return 0.0
         history = (
             (self.plan.noise_multiplier, self.plan.sample_rate, self.rounds_done),
         )
-        return epsilon_of("rdp", history, self.plan.delta)
+        return epsilon_of(self.plan.accountant, history, self.plan.delta)
 
     def summary(self) -> dict[str, Any]:
         """summary.json's `privacy` of a client-level DP run: the plan and
@@ -216,6 +219,7 @@ class ClientLevelDP:
             "mechanism": "client",
             "epsilon": plan.epsilon,
             "delta": plan.delta,
+            "accountant": plan.accountant,
             "noise_multiplier": plan.noise_multiplier,
             "update_noise_multiplier": plan.update_noise_multiplier,
             "sample_rate": plan.sample_rate,

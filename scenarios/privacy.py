@@ -13,6 +13,9 @@ from clusterfed.errors import ScenarioError
 
 from ._base import _Spec
 
+CLIENT_ACCOUNTANTS = ("rdp", "prv")
+"""Opacus' accountants that bound client-level DP's ε."""
+
 
 class DPSpec(_Spec):
     """Differential privacy, of one of two kinds (`mechanism`).
@@ -31,7 +34,7 @@ class DPSpec(_Spec):
     NeurIPS 2021), the server averages the clipped updates of each cluster
     with equal weights and adds Gaussian noise to each cluster's sum. One ε
     covers every client: Opacus' accountant over the rounds at the
-    algorithm's client sampling rate (docs/privacy.md).
+    algorithm's client sampling rate (docs/privacy.md), "rdp" or "prv".
     """
 
     epsilon: float = Field(gt=0, allow_inf_nan=False, description="the budget ε")
@@ -90,10 +93,14 @@ class DPSpec(_Spec):
                     'horizon = "round" is local DP\'s: client-level DP accounts'
                     ' the whole run (horizon = "run")'
                 )
-            if self.accountant != "rdp":
+            if self.accountant not in CLIENT_ACCOUNTANTS:
+                # Opacus' GDP accountant is a central-limit approximation for
+                # many steps at small rates, not a bound: tens of rounds at a
+                # rate near 1 are neither.
                 raise ValueError(
-                    'client-level DP is accounted by Opacus\' "rdp" accountant;'
-                    f" got accountant = {self.accountant!r}"
+                    'client-level DP is accounted by Opacus\' "rdp" or "prv"'
+                    f" accountant; got accountant = {self.accountant!r} (an"
+                    " approximation for many steps at small sampling rates)"
                 )
         elif self.clipping != "fixed":
             raise ValueError(
@@ -124,6 +131,7 @@ def client_dp_plan(
             delta=dp.delta,
             sample_rate=rate,
             steps=rounds,
+            accountant=dp.accountant,
         )
         plan = ClientDPPlan(
             epsilon=dp.epsilon,
@@ -137,6 +145,7 @@ def client_dp_plan(
             clip_lr=dp.clip_lr,
             count_noise=count_noise,
             seed=seed,
+            accountant=dp.accountant,
         )
         plan.update_noise_multiplier  # noqa: B018 (refuses a count noise too small)
     except ValueError as exc:

@@ -54,12 +54,15 @@ def _plan(**changes: object) -> ClientDPPlan:
     return ClientDPPlan(**fields)  # type: ignore[arg-type]
 
 
-def _opacus_epsilon(z: float, rate: float, steps: int, delta: float) -> float:
-    from opacus.accountants import RDPAccountant
+def _opacus_epsilon(
+    z: float, rate: float, steps: int, delta: float, accountant: str = "rdp"
+) -> float:
+    from opacus.accountants import create_accountant
 
-    accountant = RDPAccountant()
-    accountant.history = [(z, rate, steps)]
-    return float(accountant.get_epsilon(delta))
+    books = create_accountant(accountant)
+    books.history = [(z, rate, steps)]
+    with np.errstate(divide="ignore"):  # PRV's log(1 − q) at q = 1
+        return float(books.get_epsilon(delta))
 
 
 # -- the clients' clipping --------------------------------------------------
@@ -170,6 +173,45 @@ def test_the_planned_multiplier_spends_the_budget_over_the_rounds() -> None:
     half = plan_run(sampled).client_dp
     assert half is not None and half.sample_rate == 0.5
     assert half.noise_multiplier < plan.noise_multiplier  # sampling amplifies
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "prv"])
+def test_the_chosen_accountant_plans_and_keeps_the_books(accountant: str) -> None:
+    # z is planned by the chosen accountant (it spends the budget to Opacus'
+    # tolerance there) and the books read ε from that accountant too.
+    dp = DPSpec(epsilon=10.0, mechanism="client", accountant=accountant)  # type: ignore[arg-type]
+    plan = plan_run(small_scenario(rounds=12, dp=dp)).client_dp
+    assert plan is not None and plan.accountant == accountant
+    z = plan.noise_multiplier
+    spent = _opacus_epsilon(z, 1.0, 12, 1e-5, accountant)
+    assert 10 - 0.05 <= spent <= 10 + 1e-6
+    books = ClientLevelDP(plan)
+    for r in range(7):
+        books.close_round([1.0], planned=6, round=r)
+    want = _opacus_epsilon(z, 1.0, 7, 1e-5, accountant)
+    assert books.spent() == pytest.approx(want, rel=1e-3)
+    assert books.summary()["accountant"] == accountant
+
+
+def test_rdp_and_prv_plan_different_multipliers() -> None:
+    # PRV's tighter accounting needs less noise for the same budget: the
+    # choice is not ignored.
+    planned = [
+        plan_run(
+            small_scenario(
+                rounds=12,
+                dp=DPSpec(epsilon=10.0, mechanism="client", accountant=a),  # type: ignore[arg-type]
+            )
+        ).client_dp
+        for a in ("rdp", "prv")
+    ]
+    rdp, prv = (p.noise_multiplier for p in planned if p is not None)
+    assert prv < rdp
+
+
+def test_gdp_is_refused_for_client_level_dp_with_the_reason() -> None:
+    with pytest.raises(ValidationError, match='"rdp" or "prv".*approximation'):
+        DPSpec(epsilon=1, mechanism="client", accountant="gdp")
 
 
 # -- adaptive clipping ----------------------------------------------------------
