@@ -21,7 +21,8 @@ update's norm is C, to rounding): a client sends nothing more.
 
 What is private: one ε at δ covers each client's whole participation, from
 Opacus' accountant (`dp.accountant`: "rdp" at its default orders, or "prv")
-over the rounds at the algorithm's client sampling rate. Opacus ships the
+over the rounds at the largest client sampling rate a round can have (as
+Poisson sampling: docs/privacy.md says what that assumes). Opacus ships the
 accountant and the planner; it has no DP-FedAvg, so the clipping, the noise
 and the bound's update are written here (tests/test_client_dp.py holds them
 to the papers' formulas and the noise to its planned standard deviation).
@@ -58,7 +59,9 @@ class ClientDPPlan:
         epsilon, delta: the budget.
         noise_multiplier: z, the whole mechanism's (the updates' and, with
             adaptive clipping, the count's together).
-        sample_rate: q, the share of the clients that trains a round.
+        sample_rate: q, the largest share of the clients that trains a
+            round, over every size the run's pool can take
+            (scenarios/privacy.py).
         rounds: the rounds the budget covers.
         clip_norm: C, the bound (its start with adaptive clipping).
         adaptive: whether C follows the target quantile.

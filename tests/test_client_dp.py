@@ -23,7 +23,8 @@ from clusterfed.actors.client_dp import (
 )
 from clusterfed.actors.round import UpdateLimits
 from clusterfed.actors.validation import check_update
-from clusterfed.algorithms import Candidate, ClusterSums, TaskPlan
+from clusterfed.algorithms import Candidate, ClientInfo, ClusterSums, TaskPlan
+from clusterfed.algorithms.fedavg import sample_clients
 from clusterfed.errors import ScenarioError
 from clusterfed.protocol import (
     ClusterModel,
@@ -33,7 +34,7 @@ from clusterfed.protocol import (
     UpdateReply,
     encode,
 )
-from clusterfed.scenarios import plan_run
+from clusterfed.scenarios import Join, Leave, plan_run
 from clusterfed.scenarios.spec import DPSpec
 from clusterfed.types import ClientId, ClusterId
 from helpers import small_scenario, tiny_model, tiny_trainer
@@ -212,6 +213,68 @@ def test_rdp_and_prv_plan_different_multipliers() -> None:
 def test_gdp_is_refused_for_client_level_dp_with_the_reason() -> None:
     with pytest.raises(ValidationError, match='"rdp" or "prv".*approximation'):
         DPSpec(epsilon=1, mechanism="client", accountant="gdp")
+
+
+def _sampled(clients: int, fraction: float, **changes: object) -> ClientDPPlan:
+    scenario = small_scenario(
+        clients=clients,
+        rounds=12,
+        dp=DPSpec(**CLIENT),  # type: ignore[arg-type]
+        algorithm_params={"fedavg": {"fraction": fraction}},
+        **changes,
+    )
+    plan = plan_run(scenario).client_dp
+    assert plan is not None
+    return plan
+
+
+def test_the_rate_accounted_is_the_share_a_round_really_samples() -> None:
+    # One of 10 clients at fraction 0.05 is a rate of 0.1, not 0.05: the
+    # plan's z spends at most ε at the rate the rounds really have.
+    plan = _sampled(10, 0.05)
+    assert plan.sample_rate == 0.1
+    spent = _opacus_epsilon(plan.noise_multiplier, 0.1, 12, 1e-5)
+    assert spent <= 10
+    # Where round(f·n)/n is f, f is what is accounted.
+    assert _sampled(20, 0.25).sample_rate == 0.25
+
+
+def test_the_rate_covers_every_size_the_joiners_and_leavers_make() -> None:
+    # 11 clients at fraction 0.1 sample 1 (rate 1/11); joiners take the
+    # federation to 15, where round(1.5) = 2 of 15 train (rate 2/15).
+    joined = _sampled(11, 0.1, events=[Join(start=1, every=1, until=4)])
+    assert joined.sample_rate == pytest.approx(2 / 15)
+    # 20 clients at 0.05 sample 1 (rate 0.05); 10 may leave: 1 of 10.
+    left = _sampled(
+        20, 0.05, events=[Leave(start=2, target="random:5", every=3, until=5)]
+    )
+    assert left.sample_rate == pytest.approx(1 / 10)
+    for plan, sizes in ((joined, range(11, 16)), (left, range(10, 21))):
+        for n in sizes:  # no round samples more than the plan's rate
+            drawn = sample_clients(
+                [ClientInfo(ClientId(i), n_train=1) for i in range(n)],
+                0.1 if plan is joined else 0.05,
+                np.random.default_rng(n),
+            )
+            assert len(drawn) / n <= plan.sample_rate
+
+
+def test_a_pool_of_any_size_is_accounted_at_rate_one() -> None:
+    # Online clients only (an availability schedule), or PACFL's described
+    # clients only: the pool can shrink to one client, who then trains.
+    assert _sampled(20, 0.05, availability="diurnal").sample_rate == 1.0
+    # A leave of a whole group may leave one client too.
+    group = _sampled(20, 0.05, events=[Leave(start=3, target="group:0")])
+    assert group.sample_rate == 1.0
+    pacfl = small_scenario(
+        clients=20,
+        rounds=12,
+        algorithm="pacfl",
+        dp=DPSpec(**CLIENT),  # type: ignore[arg-type]
+        algorithm_params={"pacfl": {"fraction": 0.05}},
+    )
+    plan = plan_run(pacfl).client_dp
+    assert plan is not None and plan.sample_rate == 1.0
 
 
 # -- adaptive clipping ----------------------------------------------------------
