@@ -2,11 +2,26 @@
 
 McMahan, Ramage, Talwar, Zhang, "Learning Differentially Private Recurrent
 Language Models", ICLR 2018: each client clips its update to an L2 norm C
-(`TrainConfig.clip_norm`, applied by the client), the server averages the
-clipped updates with equal weights and adds Gaussian noise of standard
-deviation z·C to the sum, so that one client changes the sum by at most C.
-In clusterfed each cluster's sum gets its own noise: a client is in one
-cluster's sum a round, so every client's contribution is noised the same.
+(`TrainConfig.clip_norm`, applied by the client), the server sums the
+clipped updates with equal weights, so that one client changes the sum by
+at most C, adds Gaussian noise of standard deviation z·C to it and divides
+by a fixed, public count (the paper's estimator divides by the expected
+number of clients, never by the true one).
+
+In clusterfed the release is the vector of every cluster model's sum: a
+client's clipped update falls in one cluster's block, so the vector's L2
+sensitivity is C, and one N(0, (z·C)²) draw on every coordinate of every
+cluster (a cluster no update reached included: otherwise a cluster that
+stays put shows that nobody chose it) is the Gaussian mechanism on it. Each
+noisy sum is divided by the round's planned clients m, public (the
+membership and the fraction fix it), for every cluster: the true count of
+a cluster's contributors is data (which clients chose it, whose update
+arrived) that the noise does not cover. The price: a cluster with a share s
+of the round's clients steps s times its members' mean (small clusters move
+slowly), with noise z·C/m on every cluster, small or large. Privatising the
+counts instead (their own noise, composed into z as the adaptive count is)
+would divide a small cluster's noisy sum by a noisy count near 0 or below
+(clamped to 1), a step that the noise alone dominates.
 
 Adaptive clipping (Andrew, Thakkar, McMahan, Ramaswamy, "Differentially
 Private Learning with Adaptive Clipping", NeurIPS 2021, Algorithm 1): the
@@ -31,7 +46,7 @@ to the papers' formulas and the noise to its planned standard deviation).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypedDict
 
@@ -40,6 +55,7 @@ import numpy as np
 from clusterfed.algorithms import ClientUpdate, ClusterSums
 from clusterfed.protocol import TrainConfig
 from clusterfed.seeding import derive_seed
+from clusterfed.types import ClusterId
 
 from .privacy import epsilon_of
 from .round import UpdateLimits
@@ -176,16 +192,28 @@ class ClientLevelDP:
 
         return equal
 
-    def noise(self, sums: ClusterSums, round: int) -> list[float]:
-        """Add N(0, (z_Δ·C)²) to every coordinate of each cluster's sum, from
-        the run's noise stream of `round`; returns each sum's noise std."""
+    def noise(
+        self,
+        sums: ClusterSums,
+        models: Mapping[ClusterId, np.ndarray],
+        planned: int,
+        round: int,
+    ) -> list[float]:
+        """Release `sums`: N(0, (z_Δ·C)²) on every coordinate of every
+        cluster model's sum, one a round's updates missed included, from the
+        run's noise stream of `round`, each mean over the `planned` clients
+        of the round (public), not its true count; returns each sum's noise
+        std. A round that planned nobody releases nothing (no step)."""
+        if planned == 0:
+            return []
         rng = np.random.default_rng(derive_seed(self.plan.seed, NOISE_STREAM, round))
         std = self.plan.update_noise_multiplier * self.clip_norm
-        added = []
-        for cluster in sums.clusters:
-            sums.add_noise(cluster, rng.normal(0.0, std, size=sums.size(cluster)))
-            added.append(std)
-        return added
+        drawn = {
+            cluster: rng.normal(0.0, std, size=models[cluster].shape[0])
+            for cluster in sorted(models)
+        }
+        sums.release(drawn, planned)
+        return [std] * len(drawn)
 
     def close_round(self, norms: Sequence[float], planned: int, round: int) -> None:
         """Count the round in the books; with adaptive clipping, move C by

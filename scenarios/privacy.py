@@ -39,8 +39,9 @@ class DPSpec(_Spec):
     `"client"`, client-level DP (DP-FedAvg, McMahan et al., ICLR 2018): each
     client clips its update to an L2 norm (`clip_norm`, fixed, or adapted
     each round to the `target_quantile` of the updates' norms, Andrew et al.,
-    NeurIPS 2021), the server averages the clipped updates of each cluster
-    with equal weights and adds Gaussian noise to each cluster's sum. One ε
+    NeurIPS 2021), the server sums the clipped updates of each cluster with
+    equal weights, adds Gaussian noise to every cluster's sum and divides
+    each by the round's sampled clients (public). One ε
     covers every client: Opacus' accountant ("rdp" or "prv") over the
     rounds at the largest client sampling rate a round can have
     (`largest_sample_rate`, docs/privacy.md).

@@ -5,6 +5,7 @@ accountant, the refusals, and a whole run."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 import clusterfed
-from clusterfed.actors import work
+from clusterfed.actors import InlineRuntime, work
 from clusterfed.actors.client_dp import (
     ClientDPPlan,
     ClientLevelDP,
@@ -26,6 +27,7 @@ from clusterfed.actors.validation import check_update
 from clusterfed.algorithms import Candidate, ClientInfo, ClusterSums, TaskPlan
 from clusterfed.algorithms.fedavg import sample_clients
 from clusterfed.errors import ScenarioError
+from clusterfed.federation import Federation
 from clusterfed.protocol import (
     ClusterModel,
     Envelope,
@@ -128,16 +130,21 @@ def test_the_server_refuses_an_update_longer_than_the_bound() -> None:
 # -- the server's noise and books ---------------------------------------------
 
 
+def _zeros(clusters: int, size: int) -> dict[ClusterId, np.ndarray]:
+    return {ClusterId(k): np.zeros(size, np.float32) for k in range(clusters)}
+
+
 def test_each_clusters_sum_gets_noise_of_the_planned_deviation() -> None:
     plan = _plan(noise_multiplier=1.5, clip_norm=2.0, seed=3)
     sums = ClusterSums()
     size = 200_000
+    models = _zeros(2, size)
     for cluster in (0, 1):
         sums.add(ClusterId(cluster), np.zeros(size, np.float32), 1.0)
-    stds = ClientLevelDP(plan).noise(sums, round=4)
+    stds = ClientLevelDP(plan).noise(sums, models, planned=1, round=4)
     assert stds == [3.0, 3.0]  # z·C
     for cluster in (0, 1):
-        drawn = sums.mean(ClusterId(cluster))  # weight 1: the sum itself
+        drawn = sums.mean(ClusterId(cluster))  # over 1: the sum itself
         assert abs(drawn.std() - 3.0) < 0.02  # 4σ of the std's estimate
         assert abs(drawn.mean()) < 0.03
     assert not np.array_equal(sums.mean(ClusterId(0)), sums.mean(ClusterId(1)))
@@ -145,10 +152,89 @@ def test_each_clusters_sum_gets_noise_of_the_planned_deviation() -> None:
     again, other = ClusterSums(), ClusterSums()
     for target in (again, other):
         target.add(ClusterId(0), np.zeros(size, np.float32), 1.0)
-    ClientLevelDP(plan).noise(again, round=4)
-    ClientLevelDP(plan).noise(other, round=5)
+    ClientLevelDP(plan).noise(again, models, planned=1, round=4)
+    ClientLevelDP(plan).noise(other, models, planned=1, round=5)
     np.testing.assert_array_equal(again.mean(ClusterId(0)), sums.mean(ClusterId(0)))
     assert not np.array_equal(other.mean(ClusterId(0)), sums.mean(ClusterId(0)))
+
+
+def test_a_cluster_no_client_chose_moves_by_the_planned_noise() -> None:
+    # Three updates reach cluster 0 of three; clusters 1 and 2 still get
+    # their noise, over the round's 4 planned clients: std z·C / 4.
+    plan = _plan(noise_multiplier=1.5, clip_norm=2.0, seed=3)
+    size = 200_000
+    models = _zeros(3, size)
+    sums = ClusterSums()
+    for _ in range(3):
+        sums.add(ClusterId(0), np.full(size, 0.25, np.float32), 1.0)
+    assert sums.clusters == [0]
+    stds = ClientLevelDP(plan).noise(sums, models, planned=4, round=0)
+    assert stds == [3.0, 3.0, 3.0]
+    new = sums.step(models)
+    for cluster in (1, 2):
+        moved = new[ClusterId(cluster)].astype(np.float64)
+        assert abs(moved.std() - 3.0 / 4) < 0.01
+        assert abs(moved.mean()) < 0.01
+    # Cluster 0: its sum (0.75 a coordinate) over the 4 planned clients.
+    assert abs(new[ClusterId(0)].mean() - 0.75 / 4) < 0.01
+
+
+def test_the_step_reads_the_planned_count_not_the_true_one() -> None:
+    # One client's update δ, or two clients' δ/2 each: the same sum, so the
+    # same step, whatever the number of contributors (the true count is not
+    # privatised; the planned one is public).
+    plan = _plan(seed=5)
+    models = _zeros(2, 1000)
+    delta = np.linspace(-0.5, 0.5, 1000, dtype=np.float32)
+    one, two = ClusterSums(), ClusterSums()
+    one.add(ClusterId(0), delta, 1.0)
+    two.add(ClusterId(0), delta / 2, 1.0)
+    two.add(ClusterId(0), delta / 2, 1.0)
+    steps = []
+    for sums in (one, two):
+        ClientLevelDP(plan).noise(sums, models, planned=6, round=2)
+        steps.append(sums.step(models))
+    for cluster in models:
+        np.testing.assert_allclose(steps[0][cluster], steps[1][cluster], atol=1e-7)
+
+
+def test_a_round_that_planned_nobody_releases_nothing() -> None:
+    models = _zeros(2, 10)
+    sums = ClusterSums()
+    assert ClientLevelDP(_plan()).noise(sums, models, planned=0, round=0) == []
+    assert sums.step(models) == models
+
+
+def test_in_a_run_every_cluster_model_gets_the_noise(tmp_path: Path) -> None:
+    # IFCA with 8 clusters and 6 clients: at least two clusters nobody
+    # chose; each still moves, by noise of std z·C over the 6 planned.
+    scenario = small_scenario(
+        rounds=1,
+        algorithm="ifca",
+        algorithm_params={"ifca": {"clusters": 8}},
+        dp=DPSpec(**CLIENT),  # type: ignore[arg-type]
+    )
+
+    async def one_round() -> tuple[Federation, dict[ClusterId, np.ndarray]]:
+        federation = Federation(scenario, InlineRuntime(), tmp_path, config={})
+        await federation.start()
+        start = dict(federation.server.state.models)
+        try:
+            await federation.step(0)
+        finally:
+            await federation.close()
+        return federation, start
+
+    federation, start = asyncio.run(one_round())
+    server = federation.server
+    assert server.client_dp is not None
+    std = server.client_dp.plan.noise_multiplier * 1.0 / 6  # C = 1, m = 6
+    chosen = set(server.state.assignment.values())
+    unchosen = [k for k in server.state.models if k not in chosen]
+    assert len(unchosen) >= 2
+    for k in unchosen:
+        moved = server.state.models[k].astype(np.float64) - start[k]
+        assert abs(moved.std() - std) < 0.1 * std
 
 
 def test_the_books_spend_what_opacus_accounts() -> None:
