@@ -62,6 +62,9 @@ from .round import UpdateLimits
 
 NOISE_STREAM = 11
 """The server's noise stream of client-level DP: (seed, NOISE_STREAM, round)."""
+COUNT_NOISE_COST = 1.1
+"""The most the default count noise may raise the updates' multiplier:
+z_Δ ≤ 1.1·z (`default_count_noise`)."""
 CLIPPED_TOLERANCE = 1e-5
 """How far under C (relatively) a clipped update's norm may fall by float32
 rounding and still count as clipped."""
@@ -114,6 +117,24 @@ class ClientDPSnapshot(TypedDict):
 
     clip_norm: float
     rounds_done: int
+
+
+def default_count_noise(z: float, per_round: int) -> float:
+    """σ_b when the scenario names none: Andrew et al.'s m/20 (m the clients
+    a round), raised where that is too small for z to `COUNT_NOISE_COST`'s
+    σ_b, so the updates' multiplier z_Δ stays within 10 % of z.
+
+    m/20 gives the unclipped share b̄ a noise of std 0.05; at the paper's
+    scale (hundreds of clients a round, z near 1) it costs the updates well
+    under 10 % more noise. At 20 clients a round it is 1, and z_Δ has no
+    value for z ≥ 2 (ε = 10 over 30 rounds without sampling plans z = 2.9).
+    """
+    return max(per_round / 20, count_noise_for(z, COUNT_NOISE_COST))
+
+
+def count_noise_for(z: float, cost: float) -> float:
+    """The σ_b at which z_Δ = `cost`·z: (2σ_b)⁻² = z⁻²(1 − cost⁻²)."""
+    return z / (2 * math.sqrt(1 - cost**-2))
 
 
 def update_multiplier(z: float, count_noise: float) -> float:

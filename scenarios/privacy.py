@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, model_validator
 
 from clusterfed.actors.availability import AlwaysOnline
-from clusterfed.actors.client_dp import ClientDPPlan
+from clusterfed.actors.client_dp import ClientDPPlan, default_count_noise
 from clusterfed.actors.privacy import plan_noise_multiplier
 from clusterfed.actors.spec import Accountant
 from clusterfed.algorithms import Strategy
@@ -92,7 +92,8 @@ class DPSpec(_Spec):
         gt=0,
         allow_inf_nan=False,
         description='"client", adaptive: σ_b, the noise on the count of'
-        " unclipped updates; none: the clients per round / 20 (Andrew et al.)",
+        " unclipped updates; none: the clients per round / 20 (Andrew et al.),"
+        " or more where that would raise the updates' noise by over 10 %",
     )
 
     @model_validator(mode="after")
@@ -135,8 +136,6 @@ def client_dp_plan(scenario: Scenario, strategy: Strategy[Any]) -> ClientDPPlan 
     # Strategies without sampling train every client: fraction 1.
     fraction = float(getattr(strategy, "fraction", 1.0))
     rate = largest_sample_rate(fraction, pool_sizes(scenario, strategy))
-    per_round = sample_size(fraction, scenario.clients)
-    count_noise = dp.count_noise if dp.count_noise is not None else per_round / 20
     try:
         sigma = plan_noise_multiplier(
             epsilon=dp.epsilon,
@@ -145,6 +144,10 @@ def client_dp_plan(scenario: Scenario, strategy: Strategy[Any]) -> ClientDPPlan 
             steps=scenario.rounds,
             accountant=dp.accountant,
         )
+        count_noise = dp.count_noise
+        if count_noise is None:
+            per_round = sample_size(fraction, scenario.clients)
+            count_noise = default_count_noise(sigma, per_round)
         plan = ClientDPPlan(
             epsilon=dp.epsilon,
             delta=dp.delta,

@@ -19,6 +19,7 @@ from clusterfed.actors.client_dp import (
     ClientDPPlan,
     ClientLevelDP,
     clip,
+    default_count_noise,
     next_bound,
     update_multiplier,
 )
@@ -36,7 +37,7 @@ from clusterfed.protocol import (
     UpdateReply,
     encode,
 )
-from clusterfed.scenarios import Join, Leave, plan_run
+from clusterfed.scenarios import BUILTIN, Join, Leave, plan_run, with_overrides
 from clusterfed.scenarios.spec import DPSpec
 from clusterfed.types import ClientId, ClusterId
 from helpers import small_scenario, tiny_model, tiny_trainer
@@ -435,6 +436,33 @@ def test_settings_of_the_other_mechanism_are_refused() -> None:
         DPSpec(epsilon=1, mechanism="client", horizon="round")
     with pytest.raises(ValidationError, match="adaptive.*client-level DP"):
         DPSpec(epsilon=1, clipping="adaptive")
+
+
+def test_the_default_count_noise_is_m_over_20_or_costs_at_most_10_percent() -> None:
+    # Andrew et al.'s m/20 where it leaves z_Δ within 10 % of z (hundreds
+    # of clients a round)...
+    assert default_count_noise(1.0, 400) == 20.0
+    assert update_multiplier(1.0, 20.0) < 1.001
+    # ...else the σ_b at which z_Δ = 1.1·z (20 clients a round, z = 2.9,
+    # where m/20 = 1 has no z_Δ at all).
+    count = default_count_noise(2.9, 20)
+    assert count > 20 / 20
+    assert update_multiplier(2.9, count) == pytest.approx(1.1 * 2.9)
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "ifca"])
+def test_adaptive_clipping_plans_on_quickstart_with_the_default_count_noise(
+    algorithm: str,
+) -> None:
+    scenario = with_overrides(
+        BUILTIN["quickstart"](),
+        ["dp.epsilon=10", "dp.mechanism=client", "dp.clipping=adaptive"],
+        algorithm=algorithm,
+    )
+    plan = plan_run(scenario).client_dp
+    assert plan is not None and plan.adaptive
+    z = plan.noise_multiplier
+    assert z < plan.update_noise_multiplier <= 1.1 * z * (1 + 1e-9)
 
 
 def test_a_count_noise_too_small_for_the_budget_is_refused() -> None:

@@ -4,12 +4,14 @@ only where the seeds decide it."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
-from clusterfed.scenarios import BUILTIN, with_overrides
+from clusterfed.data.datasets import available
+from clusterfed.scenarios import BUILTIN, plan_run, with_overrides
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
@@ -28,6 +30,39 @@ def test_every_cell_validates_for_each_of_its_algorithms() -> None:
                 BUILTIN[cell.scenario](), list(cell.sets), algorithm=algorithm
             )
             assert scenario.dp is not None and scenario.dp.epsilon == 10
+
+
+FMNIST = pytest.mark.skipif(
+    not available("fashion_mnist"), reason="needs Fashion-MNIST"
+)
+
+
+def _plan_cells(prefix: str) -> None:
+    for cell in dp_study.experiments():
+        if not cell.key.startswith(prefix):
+            continue
+        for algorithm in cell.algorithms:
+            scenario = with_overrides(
+                BUILTIN[cell.scenario](), list(cell.sets), algorithm=algorithm
+            )
+            plan = plan_run(scenario)  # raises where a cell cannot run
+            assert (plan.client_dp is not None) == (prefix == "client-")
+
+
+@FMNIST
+def test_every_dp_fedavg_cell_plans_for_each_of_its_algorithms() -> None:
+    # Adaptive clipping's default count noise was too small for dcfl-fmnist's
+    # z (4.1): every adaptive cell failed here, before any round.
+    _plan_cells("client-")
+
+
+@FMNIST
+@pytest.mark.skipif(
+    not os.environ.get("CLUSTERFED_SLOW_TESTS"),
+    reason="minutes of Opacus planning per cell; set CLUSTERFED_SLOW_TESTS=1",
+)
+def test_every_local_dp_cell_plans_for_each_of_its_algorithms() -> None:
+    _plan_cells("sample-")
 
 
 def outcome(finals: dict[str, list[float]]) -> object:
