@@ -87,3 +87,17 @@ def test_one_seed_gives_point_estimates_said_so_and_seeds_give_verdicts() -> Non
         }
     )
     assert page._ordering(three) == "undecided / holds"  # type: ignore[arg-type]
+
+
+def test_the_page_states_the_scenarios_own_setting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Rounds, ε and δ are read from the scenario, not written into the page.
+    shorter = with_overrides(
+        BUILTIN["dcfl-fmnist"](), ["rounds=30", "dp.epsilon=4", "dp.delta=1e-6"]
+    )
+    monkeypatch.setitem(BUILTIN, "dcfl-fmnist", lambda: shorter)
+    written = tmp_path / "DP-STUDY.md"
+    page.write_page([], "python bench/dp_study.py --no-run", written)
+    text = written.read_text()
+    assert "ε = 4, δ = 1e-06, 30 rounds" in text and "60 rounds" not in text

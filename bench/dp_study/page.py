@@ -9,9 +9,10 @@ from pathlib import Path
 
 from reproduce.runner import Outcome, summary_value
 
+from clusterfed.scenarios import BUILTIN
 from clusterfed.seeds import interval
 
-from . import ALGORITHMS, CLIENT_ALGORITHMS, PAPER_FINAL
+from . import ALGORITHMS, CLIENT_ALGORITHMS, PAPER_FINAL, SCENARIO
 
 FINAL = summary_value("final_mean_acc")
 
@@ -74,14 +75,18 @@ def write_page(outcomes: Sequence[Outcome], command: str, page: Path) -> None:
     sample = [o for o in outcomes if o.experiment.key.startswith("sample-")]
     client = [o for o in outcomes if o.experiment.key.startswith("client-")]
     paper = " / ".join(f"{a} {v:.2f}" for a, v in PAPER_FINAL.items())
+    scenario = BUILTIN[SCENARIO]()
+    dp = scenario.dp
+    assert dp is not None  # the study's setting is DCFL's private one
     lines = [
         "# The DP utility study (issue 35)",
         "",
         f"Written by `{command}` from the records in docs/records/dp-study"
         " (each cell's seeds, run over sittings).",
         "",
-        "DCFL's Table I setting (`dcfl-fmnist`: Fashion-MNIST, ε = 10,"
-        " δ = 1e-5, 60 rounds) under each choice the paper leaves open: the"
+        f"DCFL's Table I setting (`{SCENARIO}`: Fashion-MNIST, ε ="
+        f" {dp.epsilon:g}, δ = {dp.delta:g}, {scenario.rounds} rounds) under"
+        " each choice the paper leaves open: the"
         " batch size, the per-sample clipping bound C and what ε covers (the"
         " whole run or each round). Each cell is the final mean client"
         " accuracy, the mean over the cell's seeds ± the half-width of its 95 %"
