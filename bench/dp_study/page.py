@@ -1,6 +1,7 @@
 """docs/DP-STUDY.md from the study's records: each cell's final accuracy per
-algorithm beside DCFL's Table I, how far it is from the paper's, and
-whether the paper's ordering (DCFL > CFL > FedAvg) holds there."""
+algorithm beside DCFL's Table I, how far it is from the paper's, whether
+the paper's ordering (DCFL > CFL > FedAvg) holds there, and where issue
+35's selection rule stands (selection.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from reproduce.runner import Outcome, summary_value
 from clusterfed.scenarios import BUILTIN
 from clusterfed.seeds import interval
 
-from . import ALGORITHMS, CLIENT_ALGORITHMS, PAPER_FINAL, SCENARIO
+from . import ALGORITHMS, CLIENT_ALGORITHMS, PAPER_FINAL, SCENARIO, experiments
+from .selection import CLIENT, SAMPLE, describe, select
 
 FINAL = summary_value("final_mean_acc")
 
@@ -111,6 +113,8 @@ def write_page(outcomes: Sequence[Outcome], command: str, page: Path) -> None:
             + f" | {'—' if distance is None else f'{distance:.3f}'}"
             f" | {_ordering(outcome)} |"
         )
+    cells = [e.key for e in experiments()]
+    lines += ["", *describe(select(cells, outcomes, SAMPLE))]
     lines += [
         "",
         '## DP-FedAvg (`dp.mechanism = "client"`)',
@@ -131,4 +135,5 @@ def write_page(outcomes: Sequence[Outcome], command: str, page: Path) -> None:
             + "".join(f" | {_cell(_finals(outcome, a))}" for a in CLIENT_ALGORITHMS)
             + " |"
         )
+    lines += ["", *describe(select(cells, outcomes, CLIENT))]
     page.write_text("\n".join(lines) + "\n")
