@@ -117,7 +117,7 @@ def describe(selection: Selection) -> list[str]:
     else:
         key, mean = selection.default
         lines.append(
-            f"Default: `{key}`, the higher {measure} of the two over {SEEDS}"
-            f" seeds ({mean:.3f})."
+            f"Default: `{key}`: of the two, the higher mean of {measure}"
+            f" over {SEEDS} seeds ({mean:.3f})."
         )
     return lines
