@@ -230,7 +230,7 @@ class ClientLevelDP:
         rng = np.random.default_rng(derive_seed(self.plan.seed, NOISE_STREAM, round))
         std = self.plan.update_noise_multiplier * self.clip_norm
         drawn = {
-            cluster: rng.normal(0.0, std, size=models[cluster].shape[0])
+            cluster: rng.normal(0.0, std, size=(models[cluster].shape[0],))
             for cluster in sorted(models)
         }
         sums.release(drawn, planned)
