@@ -20,7 +20,7 @@ Per sample i and layer, with a its input and g the gradient of its
 - `nn.Conv2d` (one group, zero padding): the same on the unfolded input
   (N, C·kh·kw, L) and the gradient (N, C_out, L), L the output positions.
   On the Fashion-MNIST CNN the materialized gradient is the cheaper of the
-  two on both convolutions (bench/dp.py measures both).
+  two on both convolutions (bench/dp_steps.py measures both).
 
 The clipping factor is Opacus': cᵢ = min(1, C / (‖∇ᵢ‖ + 1e-6)), ‖∇ᵢ‖ over
 every layer's parameters together. Trainable layers of any other type (group

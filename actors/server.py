@@ -92,7 +92,8 @@ class ParameterServer(Membership):
             subspace of another row count is refused. None: not checked.
         client_dp: client-level DP (DP-FedAvg): every round's updates are
             clipped (by the clients, checked here), summed with equal weights
-            per cluster and noised before the aggregation. None: off.
+            per cluster, every cluster's sum noised and divided by the
+            round's planned clients before the aggregation. None: off.
     """
 
     on_book: Callable[[ClientId, Exchange], None] | None = None
@@ -221,7 +222,7 @@ class ParameterServer(Membership):
                 raise ClusterfedError(
                     f"round {round}: client-level DP needs every update folded"
                 )
-            self.client_dp.noise(books.fold.sums, round)
+            self.client_dp.noise(books.fold.sums, self.state.models, len(plans), round)
             self.client_dp.close_round(norms, len(plans), round)
         if books.fold is not None and books.fold.done:
             aggregated = self.strategy.aggregate_sums(

@@ -84,6 +84,9 @@ class ClusterSums:
     def __init__(self) -> None:
         self._sums: dict[ClusterId, np.ndarray] = {}
         self._weights: dict[ClusterId, float] = {}
+        # Client-level DP's public count (`release`): each mean's divisor in
+        # place of its cluster's true weight, which DP does not cover.
+        self._denominator: float | None = None
 
     def add(self, cluster: ClusterId, delta: np.ndarray, weight: float) -> None:
         """Fold `weight` × `delta` into `cluster`'s sum (a weight ≤ 0 is not
@@ -98,20 +101,31 @@ class ClusterSums:
 
     @property
     def clusters(self) -> list[ClusterId]:
-        """The clusters some update was added to, in id order."""
+        """The clusters some update (or, released, noise) was added to, in
+        id order."""
         return sorted(self._sums)
 
-    def size(self, cluster: ClusterId) -> int:
-        """The length of `cluster`'s sum."""
-        return int(self._sums[cluster].shape[0])
-
-    def add_noise(self, cluster: ClusterId, noise: np.ndarray) -> None:
-        """Add `noise` to `cluster`'s sum, not to its weight (client-level
-        DP's Gaussian noise on the sum of clipped updates)."""
-        self._sums[cluster] += noise
+    def release(
+        self, noise: Mapping[ClusterId, np.ndarray], denominator: float
+    ) -> None:
+        """Client-level DP's release: add `noise` to each named cluster's
+        sum, a cluster no update reached included (its sum is 0), and divide
+        every mean by the public `denominator` (> 0) from now on, not by a
+        cluster's true weight, which the noise does not privatise."""
+        if not denominator > 0:
+            raise ValueError(f"denominator must be > 0, got {denominator}")
+        for cluster, drawn in noise.items():
+            acc = self._sums.get(cluster)
+            if acc is None:
+                acc = self._sums[cluster] = np.zeros(drawn.shape, dtype=np.float64)
+            acc += drawn
+        self._denominator = float(denominator)
 
     def mean(self, cluster: ClusterId) -> np.ndarray:
-        """Σ wᵢ δᵢ / Σ wᵢ of `cluster` (float64)."""
+        """Σ wᵢ δᵢ / Σ wᵢ of `cluster` (float64); once released, the noisy
+        sum over the public denominator."""
+        if self._denominator is not None:
+            return self._sums[cluster] / self._denominator
         return self._sums[cluster] / self._weights[cluster]
 
     def step(

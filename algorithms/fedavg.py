@@ -75,13 +75,24 @@ class FedAvg(Strategy[ServerState]):
 def sample_clients(
     clients: Sequence[ClientInfo], fraction: float, rng: np.random.Generator
 ) -> list[ClientInfo]:
-    """A seeded sample of max(1, round(fraction·n)) clients, in id order.
+    """A seeded sample of `sample_size(fraction, n)` of the n clients, in id
+    order.
 
     Draws from `rng` only when there is a choice to make (fraction < 1 and
     more than one client).
     """
     if fraction >= 1 or len(clients) <= 1:
         return list(clients)
-    k = max(1, round(fraction * len(clients)))
+    k = sample_size(fraction, len(clients))
     picked = rng.choice(len(clients), size=k, replace=False)
     return [clients[i] for i in sorted(picked)]
+
+
+def sample_size(fraction: float, n: int) -> int:
+    """How many of `n` clients `sample_clients` draws: all of them with
+    fraction 1 or at most one client, else max(1, round(fraction·n)), which
+    may be more than fraction·n (client-level DP accounts the largest k/n a
+    run reaches, scenarios/privacy.py)."""
+    if fraction >= 1 or n <= 1:
+        return n
+    return max(1, round(fraction * n))

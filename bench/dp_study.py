@@ -5,7 +5,10 @@ update bound 0.1 / 1 / 10, fixed and adaptive; writes docs/DP-STUDY.md.
 
 Hours of runs (a DP round of dcfl-fmnist is seconds, 60 rounds a run), so it
 is built over sittings: every cell's outcome is recorded seed by seed in
-docs/records/dp-study, and the page is written from every record there.
+docs/records/dp-study, and the page is written from every record there. One
+seed of every cell first; the page then names the best two of each kind and
+the command that runs their 3 seeds, and, once run, the default
+(bench/dp_study/selection.py).
 
     python bench/dp_study.py --quick              # every cell, FedAvg, 2 rounds
     python bench/dp_study.py --resume --seeds 1   # one seed of what is missing

@@ -282,13 +282,7 @@ def plan_run(scenario: Scenario) -> RunPlan:
         {},
         transforms,
         strategy.train_config(scenario.train),
-        client_dp=client_dp_plan(
-            scenario.dp,
-            float(getattr(strategy, "fraction", 1.0)),
-            scenario.clients,
-            scenario.rounds,
-            scenario.seed,
-        ),
+        client_dp=client_dp_plan(scenario, strategy),
         dp_layers=dp_layers,
     )
     for client_id, part in enumerate(initial):

@@ -92,7 +92,9 @@ def _check_client_dp(scenario: Scenario, cls: type[Strategy[Any]]) -> None:
         raise ValueError(
             f"dp.mechanism: {scenario.algorithm!r} does not aggregate a round as"
             f" each cluster's sum of updates, where client-level DP adds its"
-            f' noise ({have} do); use dp.mechanism = "sample"'
+            f" noise: it reads each client's own update, which no noise on a"
+            f" sum covers ({have} aggregate sums); use one of them or"
+            ' dp.mechanism = "sample"'
         )
     if scenario.mode == "async":
         raise ValueError(

@@ -5,6 +5,7 @@ accountant, the refusals, and a whole run."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 from pathlib import Path
 
@@ -13,18 +14,21 @@ import pytest
 from pydantic import ValidationError
 
 import clusterfed
-from clusterfed.actors import work
+from clusterfed.actors import InlineRuntime, work
 from clusterfed.actors.client_dp import (
     ClientDPPlan,
     ClientLevelDP,
     clip,
+    default_count_noise,
     next_bound,
     update_multiplier,
 )
 from clusterfed.actors.round import UpdateLimits
 from clusterfed.actors.validation import check_update
-from clusterfed.algorithms import Candidate, ClusterSums, TaskPlan
+from clusterfed.algorithms import Candidate, ClientInfo, ClusterSums, TaskPlan
+from clusterfed.algorithms.fedavg import sample_clients
 from clusterfed.errors import ScenarioError
+from clusterfed.federation import Federation
 from clusterfed.protocol import (
     ClusterModel,
     Envelope,
@@ -33,7 +37,7 @@ from clusterfed.protocol import (
     UpdateReply,
     encode,
 )
-from clusterfed.scenarios import plan_run
+from clusterfed.scenarios import BUILTIN, Join, Leave, plan_run, with_overrides
 from clusterfed.scenarios.spec import DPSpec
 from clusterfed.types import ClientId, ClusterId
 from helpers import small_scenario, tiny_model, tiny_trainer
@@ -54,12 +58,15 @@ def _plan(**changes: object) -> ClientDPPlan:
     return ClientDPPlan(**fields)  # type: ignore[arg-type]
 
 
-def _opacus_epsilon(z: float, rate: float, steps: int, delta: float) -> float:
-    from opacus.accountants import RDPAccountant
+def _opacus_epsilon(
+    z: float, rate: float, steps: int, delta: float, accountant: str = "rdp"
+) -> float:
+    from opacus.accountants import create_accountant
 
-    accountant = RDPAccountant()
-    accountant.history = [(z, rate, steps)]
-    return float(accountant.get_epsilon(delta))
+    books = create_accountant(accountant)
+    books.history = [(z, rate, steps)]
+    with np.errstate(divide="ignore"):  # PRV's log(1 − q) at q = 1
+        return float(books.get_epsilon(delta))
 
 
 # -- the clients' clipping --------------------------------------------------
@@ -124,16 +131,21 @@ def test_the_server_refuses_an_update_longer_than_the_bound() -> None:
 # -- the server's noise and books ---------------------------------------------
 
 
+def _zeros(clusters: int, size: int) -> dict[ClusterId, np.ndarray]:
+    return {ClusterId(k): np.zeros(size, np.float32) for k in range(clusters)}
+
+
 def test_each_clusters_sum_gets_noise_of_the_planned_deviation() -> None:
     plan = _plan(noise_multiplier=1.5, clip_norm=2.0, seed=3)
     sums = ClusterSums()
     size = 200_000
+    models = _zeros(2, size)
     for cluster in (0, 1):
         sums.add(ClusterId(cluster), np.zeros(size, np.float32), 1.0)
-    stds = ClientLevelDP(plan).noise(sums, round=4)
+    stds = ClientLevelDP(plan).noise(sums, models, planned=1, round=4)
     assert stds == [3.0, 3.0]  # z·C
     for cluster in (0, 1):
-        drawn = sums.mean(ClusterId(cluster))  # weight 1: the sum itself
+        drawn = sums.mean(ClusterId(cluster))  # over 1: the sum itself
         assert abs(drawn.std() - 3.0) < 0.02  # 4σ of the std's estimate
         assert abs(drawn.mean()) < 0.03
     assert not np.array_equal(sums.mean(ClusterId(0)), sums.mean(ClusterId(1)))
@@ -141,10 +153,89 @@ def test_each_clusters_sum_gets_noise_of_the_planned_deviation() -> None:
     again, other = ClusterSums(), ClusterSums()
     for target in (again, other):
         target.add(ClusterId(0), np.zeros(size, np.float32), 1.0)
-    ClientLevelDP(plan).noise(again, round=4)
-    ClientLevelDP(plan).noise(other, round=5)
+    ClientLevelDP(plan).noise(again, models, planned=1, round=4)
+    ClientLevelDP(plan).noise(other, models, planned=1, round=5)
     np.testing.assert_array_equal(again.mean(ClusterId(0)), sums.mean(ClusterId(0)))
     assert not np.array_equal(other.mean(ClusterId(0)), sums.mean(ClusterId(0)))
+
+
+def test_a_cluster_no_client_chose_moves_by_the_planned_noise() -> None:
+    # Three updates reach cluster 0 of three; clusters 1 and 2 still get
+    # their noise, over the round's 4 planned clients: std z·C / 4.
+    plan = _plan(noise_multiplier=1.5, clip_norm=2.0, seed=3)
+    size = 200_000
+    models = _zeros(3, size)
+    sums = ClusterSums()
+    for _ in range(3):
+        sums.add(ClusterId(0), np.full(size, 0.25, np.float32), 1.0)
+    assert sums.clusters == [0]
+    stds = ClientLevelDP(plan).noise(sums, models, planned=4, round=0)
+    assert stds == [3.0, 3.0, 3.0]
+    new = sums.step(models)
+    for cluster in (1, 2):
+        moved = new[ClusterId(cluster)].astype(np.float64)
+        assert abs(moved.std() - 3.0 / 4) < 0.01
+        assert abs(moved.mean()) < 0.01
+    # Cluster 0: its sum (0.75 a coordinate) over the 4 planned clients.
+    assert abs(new[ClusterId(0)].mean() - 0.75 / 4) < 0.01
+
+
+def test_the_step_reads_the_planned_count_not_the_true_one() -> None:
+    # One client's update δ, or two clients' δ/2 each: the same sum, so the
+    # same step, whatever the number of contributors (the true count is not
+    # privatised; the planned one is public).
+    plan = _plan(seed=5)
+    models = _zeros(2, 1000)
+    delta = np.linspace(-0.5, 0.5, 1000, dtype=np.float32)
+    one, two = ClusterSums(), ClusterSums()
+    one.add(ClusterId(0), delta, 1.0)
+    two.add(ClusterId(0), delta / 2, 1.0)
+    two.add(ClusterId(0), delta / 2, 1.0)
+    steps = []
+    for sums in (one, two):
+        ClientLevelDP(plan).noise(sums, models, planned=6, round=2)
+        steps.append(sums.step(models))
+    for cluster in models:
+        np.testing.assert_allclose(steps[0][cluster], steps[1][cluster], atol=1e-7)
+
+
+def test_a_round_that_planned_nobody_releases_nothing() -> None:
+    models = _zeros(2, 10)
+    sums = ClusterSums()
+    assert ClientLevelDP(_plan()).noise(sums, models, planned=0, round=0) == []
+    assert sums.step(models) == models
+
+
+def test_in_a_run_every_cluster_model_gets_the_noise(tmp_path: Path) -> None:
+    # IFCA with 8 clusters and 6 clients: at least two clusters nobody
+    # chose; each still moves, by noise of std z·C over the 6 planned.
+    scenario = small_scenario(
+        rounds=1,
+        algorithm="ifca",
+        algorithm_params={"ifca": {"clusters": 8}},
+        dp=DPSpec(**CLIENT),  # type: ignore[arg-type]
+    )
+
+    async def one_round() -> tuple[Federation, dict[ClusterId, np.ndarray]]:
+        federation = Federation(scenario, InlineRuntime(), tmp_path, config={})
+        await federation.start()
+        start = dict(federation.server.state.models)
+        try:
+            await federation.step(0)
+        finally:
+            await federation.close()
+        return federation, start
+
+    federation, start = asyncio.run(one_round())
+    server = federation.server
+    assert server.client_dp is not None
+    std = server.client_dp.plan.noise_multiplier * 1.0 / 6  # C = 1, m = 6
+    chosen = set(server.state.assignment.values())
+    unchosen = [k for k in server.state.models if k not in chosen]
+    assert len(unchosen) >= 2
+    for k in unchosen:
+        moved = server.state.models[k].astype(np.float64) - start[k]
+        assert abs(moved.std() - std) < 0.1 * std
 
 
 def test_the_books_spend_what_opacus_accounts() -> None:
@@ -170,6 +261,107 @@ def test_the_planned_multiplier_spends_the_budget_over_the_rounds() -> None:
     half = plan_run(sampled).client_dp
     assert half is not None and half.sample_rate == 0.5
     assert half.noise_multiplier < plan.noise_multiplier  # sampling amplifies
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "prv"])
+def test_the_chosen_accountant_plans_and_keeps_the_books(accountant: str) -> None:
+    # z is planned by the chosen accountant (it spends the budget to Opacus'
+    # tolerance there) and the books read ε from that accountant too.
+    dp = DPSpec(epsilon=10.0, mechanism="client", accountant=accountant)  # type: ignore[arg-type]
+    plan = plan_run(small_scenario(rounds=12, dp=dp)).client_dp
+    assert plan is not None and plan.accountant == accountant
+    z = plan.noise_multiplier
+    spent = _opacus_epsilon(z, 1.0, 12, 1e-5, accountant)
+    assert 10 - 0.05 <= spent <= 10 + 1e-6
+    books = ClientLevelDP(plan)
+    for r in range(7):
+        books.close_round([1.0], planned=6, round=r)
+    want = _opacus_epsilon(z, 1.0, 7, 1e-5, accountant)
+    assert books.spent() == pytest.approx(want, rel=1e-3)
+    assert books.summary()["accountant"] == accountant
+
+
+def test_rdp_and_prv_plan_different_multipliers() -> None:
+    # PRV's tighter accounting needs less noise for the same budget: the
+    # choice is not ignored.
+    planned = [
+        plan_run(
+            small_scenario(
+                rounds=12,
+                dp=DPSpec(epsilon=10.0, mechanism="client", accountant=a),  # type: ignore[arg-type]
+            )
+        ).client_dp
+        for a in ("rdp", "prv")
+    ]
+    rdp, prv = (p.noise_multiplier for p in planned if p is not None)
+    assert prv < rdp
+
+
+def test_gdp_is_refused_for_client_level_dp_with_the_reason() -> None:
+    with pytest.raises(ValidationError, match='"rdp" or "prv".*approximation'):
+        DPSpec(epsilon=1, mechanism="client", accountant="gdp")
+
+
+def _sampled(clients: int, fraction: float, **changes: object) -> ClientDPPlan:
+    scenario = small_scenario(
+        clients=clients,
+        rounds=12,
+        dp=DPSpec(**CLIENT),  # type: ignore[arg-type]
+        algorithm_params={"fedavg": {"fraction": fraction}},
+        **changes,
+    )
+    plan = plan_run(scenario).client_dp
+    assert plan is not None
+    return plan
+
+
+def test_the_rate_accounted_is_the_share_a_round_really_samples() -> None:
+    # One of 10 clients at fraction 0.05 is a rate of 0.1, not 0.05: the
+    # plan's z spends at most ε at the rate the rounds really have.
+    plan = _sampled(10, 0.05)
+    assert plan.sample_rate == 0.1
+    spent = _opacus_epsilon(plan.noise_multiplier, 0.1, 12, 1e-5)
+    assert spent <= 10
+    # Where round(f·n)/n is f, f is what is accounted.
+    assert _sampled(20, 0.25).sample_rate == 0.25
+
+
+def test_the_rate_covers_every_size_the_joiners_and_leavers_make() -> None:
+    # 11 clients at fraction 0.1 sample 1 (rate 1/11); joiners take the
+    # federation to 15, where round(1.5) = 2 of 15 train (rate 2/15).
+    joined = _sampled(11, 0.1, events=[Join(start=1, every=1, until=4)])
+    assert joined.sample_rate == pytest.approx(2 / 15)
+    # 20 clients at 0.05 sample 1 (rate 0.05); 10 may leave: 1 of 10.
+    left = _sampled(
+        20, 0.05, events=[Leave(start=2, target="random:5", every=3, until=5)]
+    )
+    assert left.sample_rate == pytest.approx(1 / 10)
+    for plan, sizes in ((joined, range(11, 16)), (left, range(10, 21))):
+        for n in sizes:  # no round samples more than the plan's rate
+            drawn = sample_clients(
+                [ClientInfo(ClientId(i), n_train=1) for i in range(n)],
+                0.1 if plan is joined else 0.05,
+                np.random.default_rng(n),
+            )
+            assert len(drawn) / n <= plan.sample_rate
+
+
+def test_a_pool_of_any_size_is_accounted_at_rate_one() -> None:
+    # Online clients only (an availability schedule), or PACFL's described
+    # clients only: the pool can shrink to one client, who then trains.
+    assert _sampled(20, 0.05, availability="diurnal").sample_rate == 1.0
+    # A leave of a whole group may leave one client too.
+    group = _sampled(20, 0.05, events=[Leave(start=3, target="group:0")])
+    assert group.sample_rate == 1.0
+    pacfl = small_scenario(
+        clients=20,
+        rounds=12,
+        algorithm="pacfl",
+        dp=DPSpec(**CLIENT),  # type: ignore[arg-type]
+        algorithm_params={"pacfl": {"fraction": 0.05}},
+    )
+    plan = plan_run(pacfl).client_dp
+    assert plan is not None and plan.sample_rate == 1.0
 
 
 # -- adaptive clipping ----------------------------------------------------------
@@ -244,6 +436,33 @@ def test_settings_of_the_other_mechanism_are_refused() -> None:
         DPSpec(epsilon=1, mechanism="client", horizon="round")
     with pytest.raises(ValidationError, match="adaptive.*client-level DP"):
         DPSpec(epsilon=1, clipping="adaptive")
+
+
+def test_the_default_count_noise_is_m_over_20_or_costs_at_most_10_percent() -> None:
+    # Andrew et al.'s m/20 where it leaves z_Δ within 10 % of z (hundreds
+    # of clients a round)...
+    assert default_count_noise(1.0, 400) == 20.0
+    assert update_multiplier(1.0, 20.0) < 1.001
+    # ...else the σ_b at which z_Δ = 1.1·z (20 clients a round, z = 2.9,
+    # where m/20 = 1 has no z_Δ at all).
+    count = default_count_noise(2.9, 20)
+    assert count > 20 / 20
+    assert update_multiplier(2.9, count) == pytest.approx(1.1 * 2.9)
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "ifca"])
+def test_adaptive_clipping_plans_on_quickstart_with_the_default_count_noise(
+    algorithm: str,
+) -> None:
+    scenario = with_overrides(
+        BUILTIN["quickstart"](),
+        ["dp.epsilon=10", "dp.mechanism=client", "dp.clipping=adaptive"],
+        algorithm=algorithm,
+    )
+    plan = plan_run(scenario).client_dp
+    assert plan is not None and plan.adaptive
+    z = plan.noise_multiplier
+    assert z < plan.update_noise_multiplier <= 1.1 * z * (1 + 1e-9)
 
 
 def test_a_count_noise_too_small_for_the_budget_is_refused() -> None:

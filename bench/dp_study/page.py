@@ -1,6 +1,7 @@
 """docs/DP-STUDY.md from the study's records: each cell's final accuracy per
-algorithm beside DCFL's Table I, how far it is from the paper's, and
-whether the paper's ordering (DCFL > CFL > FedAvg) holds there."""
+algorithm beside DCFL's Table I, how far it is from the paper's, whether
+the paper's ordering (DCFL > CFL > FedAvg) holds there, and where issue
+35's selection rule stands (selection.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from pathlib import Path
 
 from reproduce.runner import Outcome, summary_value
 
+from clusterfed.scenarios import BUILTIN
 from clusterfed.seeds import interval
 
-from . import ALGORITHMS, CLIENT_ALGORITHMS, PAPER_FINAL
+from . import ALGORITHMS, CLIENT_ALGORITHMS, PAPER_FINAL, SCENARIO, experiments
+from .selection import CLIENT, SAMPLE, describe, select
 
 FINAL = summary_value("final_mean_acc")
 
@@ -74,14 +77,18 @@ def write_page(outcomes: Sequence[Outcome], command: str, page: Path) -> None:
     sample = [o for o in outcomes if o.experiment.key.startswith("sample-")]
     client = [o for o in outcomes if o.experiment.key.startswith("client-")]
     paper = " / ".join(f"{a} {v:.2f}" for a, v in PAPER_FINAL.items())
+    scenario = BUILTIN[SCENARIO]()
+    dp = scenario.dp
+    assert dp is not None  # the study's setting is DCFL's private one
     lines = [
         "# The DP utility study (issue 35)",
         "",
         f"Written by `{command}` from the records in docs/records/dp-study"
         " (each cell's seeds, run over sittings).",
         "",
-        "DCFL's Table I setting (`dcfl-fmnist`: Fashion-MNIST, ε = 10,"
-        " δ = 1e-5, 60 rounds) under each choice the paper leaves open: the"
+        f"DCFL's Table I setting (`{SCENARIO}`: Fashion-MNIST, ε ="
+        f" {dp.epsilon:g}, δ = {dp.delta:g}, {scenario.rounds} rounds) under"
+        " each choice the paper leaves open: the"
         " batch size, the per-sample clipping bound C and what ε covers (the"
         " whole run or each round). Each cell is the final mean client"
         " accuracy, the mean over the cell's seeds ± the half-width of its 95 %"
@@ -106,6 +113,8 @@ def write_page(outcomes: Sequence[Outcome], command: str, page: Path) -> None:
             + f" | {'—' if distance is None else f'{distance:.3f}'}"
             f" | {_ordering(outcome)} |"
         )
+    cells = [e.key for e in experiments()]
+    lines += ["", *describe(select(cells, outcomes, SAMPLE))]
     lines += [
         "",
         '## DP-FedAvg (`dp.mechanism = "client"`)',
@@ -126,4 +135,5 @@ def write_page(outcomes: Sequence[Outcome], command: str, page: Path) -> None:
             + "".join(f" | {_cell(_finals(outcome, a))}" for a in CLIENT_ALGORITHMS)
             + " |"
         )
+    lines += ["", *describe(select(cells, outcomes, CLIENT))]
     page.write_text("\n".join(lines) + "\n")

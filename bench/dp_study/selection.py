@@ -1,0 +1,123 @@
+"""Issue 35's selection rule for the DP study: one seed of every cell first,
+then 3 seeds for the best two, then the default is the better of those two.
+
+"Best" is one measure, fixed before any run and never the one that makes a
+claim hold: the final mean client accuracy of the method under study. For
+local DP-SGD's cells that is DCFL's (the paper's method), for DP-FedAvg's
+FedAvg's (the one algorithm of the paper's three that it runs) — not the gap
+to the paper's Table I, not whether DCFL > CFL > FedAvg holds. The two best
+cells are ranked at their first seed (every cell has one); the default is
+the better of the two by the mean of its first 3 seeds. Ties go to the cell
+listed first in `experiments()`.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from reproduce.runner import Outcome, summary_value
+
+FINAL = summary_value("final_mean_acc")
+BEST = 2
+"""How many cells get more seeds."""
+SEEDS = 3
+"""The seeds the best cells get, and the default is decided over."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Which cells compete (`prefix` of their keys), and by whose final mean
+    accuracy (`algorithm`)."""
+
+    prefix: str
+    algorithm: str
+
+
+SAMPLE = Rule("sample-", "dcfl")
+CLIENT = Rule("client-", "fedavg")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Where the rule stands for one kind of cell.
+
+    Attributes:
+        missing: cells without their first seed (nothing is chosen until
+            every cell has one).
+        best: the `BEST` cells with the highest first-seed value, with it.
+        command: the sitting that runs the best cells' `SEEDS` seeds.
+        waiting: best cells without `SEEDS` seeds yet.
+        default: the better of the best by the mean of `SEEDS` seeds, with
+            that mean; None until both have them.
+    """
+
+    rule: Rule
+    missing: tuple[str, ...] = ()
+    best: tuple[tuple[str, float], ...] = ()
+    command: str | None = None
+    waiting: tuple[str, ...] = ()
+    default: tuple[str, float] | None = None
+
+
+def _values(outcome: Outcome, algorithm: str) -> list[float]:
+    """The measure at each recorded seed, in seed order."""
+    if algorithm not in outcome.seed_summaries:
+        return []
+    return list(outcome.per_seed(algorithm, FINAL).values())
+
+
+def select(cells: Sequence[str], outcomes: Sequence[Outcome], rule: Rule) -> Selection:
+    """The rule applied to `rule`'s cells among `cells` (every key of the
+    study, in its order) over the recorded `outcomes`."""
+    mine = [k for k in cells if k.startswith(rule.prefix)]
+    by_key = {o.experiment.key: o for o in outcomes}
+    values = {
+        k: _values(by_key[k], rule.algorithm) if k in by_key else [] for k in mine
+    }
+    missing = tuple(k for k in mine if not values[k])
+    if missing:
+        return Selection(rule, missing=missing)
+    # sorted is stable: equal values keep the study's order.
+    ranked = sorted(mine, key=lambda k: -values[k][0])[:BEST]
+    best = tuple((k, values[k][0]) for k in ranked)
+    command = shlex.join(
+        ["python", "bench/dp_study.py", "--only", *ranked]
+        + ["--seeds", str(SEEDS), "--resume"]
+    )
+    waiting = tuple(k for k in ranked if len(values[k]) < SEEDS)
+    if waiting:
+        return Selection(rule, best=best, command=command, waiting=waiting)
+    means = {k: sum(values[k][:SEEDS]) / SEEDS for k in ranked}
+    winner = max(ranked, key=lambda k: means[k])  # the first of equals
+    return Selection(rule, best=best, command=command, default=(winner, means[winner]))
+
+
+def describe(selection: Selection) -> list[str]:
+    """The page's lines for `selection`."""
+    rule = selection.rule
+    measure = f"{rule.algorithm}'s final mean accuracy"
+    if selection.missing:
+        return [
+            f"Selection (by {measure}): waits for one seed of every cell;"
+            f" missing {', '.join(f'`{k}`' for k in selection.missing)}"
+            " (`python bench/dp_study.py --resume --seeds 1`)."
+        ]
+    named = ", ".join(f"`{k}` ({v:.3f})" for k, v in selection.best)
+    lines = [
+        f"Best {BEST} at one seed, by {measure} (the method under study; not"
+        f" the gap to the paper, not the ordering): {named}. Their {SEEDS}"
+        f" seeds: `{selection.command}`.",
+        "",
+    ]
+    if selection.default is None:
+        waiting = ", ".join(f"`{k}`" for k in selection.waiting)
+        lines.append(f"Default: pending {SEEDS} seeds of {waiting}.")
+    else:
+        key, mean = selection.default
+        lines.append(
+            f"Default: `{key}`: of the two, the higher mean of {measure}"
+            f" over {SEEDS} seeds ({mean:.3f})."
+        )
+    return lines
