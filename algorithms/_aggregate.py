@@ -11,7 +11,7 @@ import numpy as np
 from clusterfed.types import ClusterId
 
 from .base import ClientUpdate
-from .robust import MEAN, AggregatorRule, Mean, robust_mean
+from .robust import MEAN, AggregatorRule, robust_mean
 
 ClusterMean = Literal["plain", "weighted"]
 """How a cluster averages its members: every member alike ("plain", the mean
@@ -163,7 +163,7 @@ def average_per_cluster(
     Only accepted ("ok") updates count; a cluster nobody updated keeps its model.
     Updates are taken in client order so the sum is the same in every run.
     """
-    if isinstance(aggregator, Mean):
+    if aggregator.is_mean:
         return sum_per_cluster(updates, mean).step(models, server_lr=server_lr)
     by_cluster: dict[ClusterId, list[tuple[np.ndarray, int]]] = defaultdict(list)
     for update in sorted(updates, key=lambda u: u.client):

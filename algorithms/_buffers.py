@@ -30,7 +30,7 @@ from clusterfed.types import ClusterId
 
 from ._staleness import Staleness, check_staleness, staleness_weight
 from .base import ClientUpdate
-from .robust import MEAN, AggregatorRule, Mean, robust_mean
+from .robust import MEAN, AggregatorRule, robust_mean
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ class BufferRule:
         cluster = update.cluster_id
         discount = staleness_weight(self.staleness, staleness, a=self.a, b=self.b)
         step = update.delta.astype(np.float64) * (discount * weight)
-        robust = not isinstance(aggregator, Mean)
+        robust = not aggregator.is_mean
         member = (update.delta.astype(np.float64) * discount,) if robust else ()
         kept = (weight,) if robust else ()
         old = buffers.get(cluster)

@@ -58,7 +58,7 @@ from .records import ServerState as ServerState
 from .records import SubspaceRequest as SubspaceRequest
 from .records import TaskPlan as TaskPlan
 from .records import Want as Want
-from .robust import MEAN, AggregatorRule, Mean
+from .robust import MEAN, AggregatorRule
 
 if TYPE_CHECKING:  # _aggregate imports this module
     from ._aggregate import ClusterSums
@@ -360,8 +360,9 @@ class Strategy(ABC, Generic[S]):
 
 def streams(strategy: Strategy[Any]) -> bool:
     """Whether the server folds `strategy`'s rounds: it declares `folds`
-    and aggregates by the mean (a robust rule needs every update)."""
-    return strategy.folds and isinstance(strategy.aggregator, Mean)
+    and aggregates by the plain mean (a robust rule, or a pre-aggregator in
+    front of the mean, needs every update)."""
+    return strategy.folds and strategy.aggregator.is_mean
 
 
 def _owner(cls: type, name: str) -> type:

@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -58,6 +58,9 @@ PreAggregator = Literal["nnm", "bucketing"]
 class _Rule(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    if TYPE_CHECKING:  # each rule's own Literal field, declared there
+        kind: str
+
     pre: tuple[PreAggregator, ...] = Field(
         (),
         exclude_if=lambda value: not value,
@@ -71,6 +74,18 @@ class _Rule(BaseModel):
     bucket_size: int = Field(
         2, ge=1, exclude_if=lambda v: v == 2, description="bucketing: s"
     )
+
+    @property
+    def is_mean(self) -> bool:
+        """Whether the rule is the algorithm's own mean, with no
+        pre-aggregator in front: nothing robust to do, so a round may be
+        folded into sums (`nnm+mean` is not: it mixes the updates first)."""
+        return self.kind == "mean" and not self.pre
+
+    @property
+    def name(self) -> str:
+        """The rule as a scenario spells it: `"nnm+krum"`."""
+        return "+".join((*self.pre, self.kind))
 
     def breaks(self, n: int, byzantine: int = 0) -> str | None:
         """Why `n` updates, `byzantine` of them hostile, break the rule's
@@ -93,7 +108,7 @@ class _Rule(BaseModel):
     def _minority(self, n: int, byzantine: int) -> str | None:
         if 2 * byzantine >= n:
             return (
-                f"{self.kind} assumes fewer than half the updates are Byzantine;"  # type: ignore[attr-defined]
+                f"{self.kind} assumes fewer than half the updates are Byzantine;"
                 f" {byzantine} of {n} are"
             )
         return None
@@ -317,7 +332,7 @@ def robust_mean(
 
     if not vectors:
         raise ValueError("robust_mean needs at least one vector")
-    if isinstance(aggregator, Mean) and not aggregator.pre:
+    if aggregator.is_mean:
         return weighted_mean(vectors, weights)
     reason = aggregator.breaks(len(vectors))
     if reason is not None:

@@ -46,14 +46,14 @@ def check_aggregator(scenario: Scenario) -> None:
         ValueError: the reason, starting with `aggregator:`.
     """
     rule = scenario.aggregator
-    if rule.kind == "mean":
+    if rule.is_mean:
         return
     cls = resolve(scenario.algorithm)
     if scenario.mode == "async":
         if not cls.honours_aggregator_async:
             raise ValueError(
                 f'aggregator: {scenario.algorithm!r} in mode = "async" folds'
-                f' each update alone and would ignore aggregator = "{rule.kind}";'
+                f' each update alone and would ignore aggregator = "{rule.name}";'
                 " use a buffered strategy (fedbuff, ifca, dcfl) or"
                 ' aggregator = "mean"'
             )

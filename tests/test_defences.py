@@ -14,7 +14,10 @@ import pytest
 from numpy.testing import assert_allclose
 
 import clusterfed
-from clusterfed.algorithms import defences
+from clusterfed.algorithms import ClientUpdate, defences, make
+from clusterfed.algorithms._aggregate import average_per_cluster
+from clusterfed.algorithms._buffers import BufferRule
+from clusterfed.algorithms.base import streams
 from clusterfed.algorithms.robust import (
     AGGREGATOR_ADAPTER,
     AGGREGATORS,
@@ -32,6 +35,7 @@ from clusterfed.algorithms.robust import (
 from clusterfed.errors import ScenarioError
 from clusterfed.scenarios import load_scenario
 from clusterfed.scenarios.loader import with_overrides
+from clusterfed.types import ClientId, ClusterId
 
 STACK = np.random.default_rng(7).normal(size=(11, 6))
 ONES = [1.0] * len(STACK)
@@ -206,6 +210,34 @@ def test_pre_aggregators_compose_in_front_of_any_rule() -> None:
         parse_aggregator("nmm+krum")
     for name in AGGREGATORS:  # every rule takes one
         assert _rule(f"bucketing+nnm+{name}").pre == ("bucketing", "nnm")
+
+
+def test_a_pre_aggregator_in_front_of_the_mean_is_applied_not_dropped() -> None:
+    # One planted outlier: NNM's mixed mean is not the plain mean.
+    stack = STACK.copy()
+    stack[0] *= 50
+    rule = _rule("nnm+mean")
+    assert _rule("mean").is_mean and not rule.is_mean
+    mixed = defences.nnm(stack, 1).mean(axis=0)
+    assert not np.allclose(mixed, stack.mean(axis=0))
+    zero = np.zeros(stack.shape[1], np.float32)
+    updates = [
+        ClientUpdate(ClientId(i), ClusterId(0), "ok", base=zero, delta=row, n_samples=1)
+        for i, row in enumerate(stack.astype(np.float32))
+    ]
+    models = average_per_cluster({ClusterId(0): zero}, updates, aggregator=rule)
+    assert_allclose(models[ClusterId(0)], mixed, rtol=1e-5)
+    buffering = BufferRule.checked(
+        buffer_size=len(stack), staleness="constant", a=0.5, b=4, server_lr=1.0
+    )
+    folded: dict = {ClusterId(0): zero}
+    buffers: dict = {}
+    for update in updates:
+        folded, buffers, _ = buffering.fold(folded, buffers, update, 0, aggregator=rule)
+    assert_allclose(folded[ClusterId(0)], mixed, rtol=1e-5)
+    fedavg = make("fedavg")  # a round of sums would be the plain mean
+    fedavg.aggregator = rule
+    assert not streams(fedavg)
 
 
 def test_each_rule_states_its_assumption() -> None:
