@@ -18,6 +18,10 @@ Where the paper is loose, clusterfed decides:
 - Cluster models are the unweighted mean of the members' new models, as Eq. 5
   writes it, both for the per-round update (Algorithm 1, line 17) and after
   re-clustering; `sample_weighted=True` weights both by sample counts instead.
+  A robust `aggregator` folds the members' steps from their (weighted) mean
+  start, the cluster's model when they all trained from it, and the model is
+  that start plus the fold: rules that clip by norm (`norm_clip`,
+  `centered_clip`) clip updates, never whole models.
 - Only "ok" updates count. The distances, the Dunn index and re-clustering
   cover the clients that trained from their cluster model this round; a client
   that did not report keeps its cluster id, and a cluster nobody updated keeps
@@ -352,7 +356,9 @@ class DCFL(Buffered, Strategy[DCFLState]):
     def _cluster_means(
         self, members: Sequence[ClientUpdate], labels: Sequence[ClusterId]
     ) -> dict[ClusterId, np.ndarray]:
-        """Eq. 5: each cluster's model is the mean of its members' new models."""
+        """Eq. 5: each cluster's model is the mean of its members' new models;
+        under a robust rule, their mean start plus the rule's fold of the
+        steps from it."""
         groups: dict[ClusterId, list[ClientUpdate]] = {}
         for update, cluster in zip(members, labels, strict=True):
             groups.setdefault(cluster, []).append(update)
@@ -361,12 +367,19 @@ class DCFL(Buffered, Strategy[DCFLState]):
             weights = [max(u.n_samples, 0) for u in group]
             if not self.sample_weighted or sum(weights) <= 0:
                 weights = [1] * len(group)
-            ends = [
-                base.astype(np.float64) + delta for base, delta in map(_arrays, group)
-            ]
-            means[cluster] = robust_mean(ends, weights, self.aggregator).astype(
-                np.float32
-            )
+            arrays = [_arrays(u) for u in group]
+            if self.aggregator.is_mean:
+                ends = [base.astype(np.float64) + delta for base, delta in arrays]
+                means[cluster] = weighted_mean(ends, weights).astype(np.float32)
+                continue
+            # A rule measured from the origin (norm_clip, centered_clip) must
+            # see updates, not whole models: the members' steps from their
+            # mean start (their common base when they share one, exactly:
+            # float64 sums of float32 vectors times small counts are exact).
+            origin = weighted_mean([b.astype(np.float64) for b, _ in arrays], weights)
+            steps = [(base - origin) + delta for base, delta in arrays]
+            step = robust_mean(steps, weights, self.aggregator)
+            means[cluster] = (origin + step).astype(np.float32)
         return means
 
 
