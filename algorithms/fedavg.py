@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ._aggregate import ClusterSums, average_per_cluster, member_weight
+from ._aggregate import ClusterSums, member_weight, move_clusters
 from .base import ClientInfo, ClientUpdate, ServerState, Strategy, TaskPlan
 
 
@@ -53,10 +53,9 @@ class FedAvg(Strategy[ServerState]):
         updates: Sequence[ClientUpdate],
         rng: np.random.Generator,
     ) -> ServerState:
-        models = average_per_cluster(
-            state.models, updates, server_lr=self.server_lr, aggregator=self.aggregator
+        return move_clusters(
+            state, updates, server_lr=self.server_lr, aggregator=self.aggregator
         )
-        return state.replace(models=models)
 
     def fold_weight(self, state: ServerState, update: ClientUpdate) -> float:
         return member_weight(update, "weighted")

@@ -38,12 +38,14 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from scipy.stats import trim_mean
+
+from clusterfed.types import ClusterId
 
 from . import defences
 
@@ -60,6 +62,10 @@ class _Rule(BaseModel):
 
     if TYPE_CHECKING:  # each rule's own Literal field, declared there
         kind: str
+
+    remembers: ClassVar[bool] = False
+    """Whether a fold starts from the cluster's last fold (`centre`), which
+    the strategy keeps in its state (`ServerState.centres`, `remember`)."""
 
     pre: tuple[PreAggregator, ...] = Field(
         (),
@@ -199,10 +205,11 @@ class GeometricMedian(_Rule):
 
 
 class CenteredClipping(_Rule):
-    """Centered clipping around the origin (a rule keeps no state between
-    rounds: the paper's centre, the last aggregate, is the zero step)."""
+    """Centered clipping around the cluster's last aggregate (Karimireddy,
+    He, Jaggi's momentum; ByzFL keeps it as `m`), the zero step at first."""
 
     kind: Literal["centered_clip"] = "centered_clip"
+    remembers: ClassVar[bool] = True
     tau: float | None = Field(
         None,
         gt=0,
@@ -324,10 +331,12 @@ def robust_mean(
     vectors: Sequence[np.ndarray],
     weights: Sequence[float],
     aggregator: AggregatorRule,
+    centre: np.ndarray | None = None,
 ) -> np.ndarray:
     """One vector from `vectors` by `aggregator` (float64); `weights` are the
     algorithm's (used by `mean` and `norm_clip` only, and by neither after a
-    pre-aggregator, whose mixed vectors belong to no one client)."""
+    pre-aggregator, whose mixed vectors belong to no one client). `centre`:
+    the cluster's last fold, where a rule `remembers` it (None: the origin)."""
     from ._aggregate import weighted_mean
 
     if not vectors:
@@ -350,11 +359,14 @@ def robust_mean(
                 stack, aggregator.bucket_size, defences.vector_seed(stack)
             )
         weights = [1.0] * len(stack)
-    return _fold(stack, weights, aggregator)
+    return _fold(stack, weights, aggregator, centre)
 
 
 def _fold(
-    stack: np.ndarray, weights: Sequence[float], aggregator: AggregatorRule
+    stack: np.ndarray,
+    weights: Sequence[float],
+    aggregator: AggregatorRule,
+    centre: np.ndarray | None,
 ) -> np.ndarray:
     """The rule itself, on float64 rows."""
     from ._aggregate import weighted_mean
@@ -375,7 +387,7 @@ def _fold(
         tau = aggregator.tau
         if tau is None:
             tau = float(np.median(np.linalg.norm(stack, axis=1))) or 1.0
-        return defences.centered_clip(stack, tau, aggregator.iterations)
+        return defences.centered_clip(stack, tau, aggregator.iterations, centre)
     if isinstance(aggregator, Bulyan):
         return defences.bulyan(stack, aggregator.f)
     seed = defences.vector_seed(stack)
@@ -401,6 +413,22 @@ def _fold(
     return defences.signguard(
         stack, aggregator.lower, aggregator.upper, aggregator.share, seed
     )
+
+
+def remember(
+    centres: Mapping[ClusterId, np.ndarray],
+    folds: Mapping[ClusterId, np.ndarray],
+    models: Mapping[ClusterId, np.ndarray],
+    aggregator: AggregatorRule,
+) -> dict[ClusterId, np.ndarray]:
+    """The clusters' centres once `folds` (this aggregation's, per cluster)
+    are done: under a rule that `remembers`, each cluster's latest fold, for
+    the clusters that still have a model in `models`; none otherwise. A
+    cluster id that a split or a merge hands on keeps its centre: it only
+    starts the clipping iterations."""
+    if not aggregator.remembers:
+        return {}
+    return {c: v for c, v in {**centres, **folds}.items() if c in models}
 
 
 def _stack(vectors: Sequence[np.ndarray]) -> np.ndarray:

@@ -3,6 +3,7 @@ their models, so rules measured from the origin clip steps."""
 
 from __future__ import annotations
 
+import byzfl
 import numpy as np
 import pytest
 from numpy.testing import assert_allclose
@@ -20,6 +21,7 @@ from clusterfed.types import ClientId, ClusterId
 DIM = 4
 BASE = np.array([3.0, 4.0, 0.0, 0.0], np.float32)  # norm 5, larger than a step
 FAR = np.full(DIM, 1e4, np.float32)  # cluster 1: far enough to keep the Dunn index > 1
+_RNG = np.random.default_rng(0)
 
 
 def _planted() -> np.ndarray:
@@ -30,21 +32,24 @@ def _planted() -> np.ndarray:
     return np.vstack([honest, [[-10.0, 0, 0, 0]] * 2]).astype(np.float32)
 
 
-def _round(dcfl: DCFL) -> tuple[DCFLState, list[ClientUpdate]]:
+def _start(dcfl: DCFL) -> DCFLState:
     """Clients 0–9 in cluster 0 (at BASE), 10–12 in cluster 1 (at FAR)."""
     state = dcfl.init_state([BASE])
     for i in range(13):
         state = dcfl.on_join(state, ClientInfo(ClientId(i), n_train=10))
     assignment = {ClientId(i): ClusterId(0 if i < 10 else 1) for i in range(13)}
-    state = state.replace(models={0: BASE, 1: FAR}, assignment=assignment)
+    return state.replace(models={0: BASE, 1: FAR}, assignment=assignment)
+
+
+def _updates(state: DCFLState, cluster_0: np.ndarray) -> list[ClientUpdate]:
+    """Cluster 0's members take the steps `cluster_0`, cluster 1's small ones."""
     small = 0.01 * np.ones(DIM, np.float32)
-    steps = [*_planted(), small, 2 * small, 3 * small]
-    updates = [
-        ClientUpdate(ClientId(i), assignment[ClientId(i)], "ok", base, step, 10, 1.0)
+    steps = [*cluster_0.astype(np.float32), small, 2 * small, 3 * small]
+    return [
+        ClientUpdate(ClientId(i), cluster, "ok", state.models[cluster], step, 10, 1.0)
         for i, step in enumerate(steps)
-        for base in [state.models[assignment[ClientId(i)]]]
+        for cluster in [state.assignment[ClientId(i)]]
     ]
-    return state, updates
 
 
 @pytest.mark.parametrize("rule", [NormClip(), CenteredClipping()])
@@ -53,8 +58,8 @@ def test_a_rule_measured_from_the_origin_clips_the_steps_not_the_models(
 ) -> None:
     dcfl = DCFL()
     dcfl.aggregator = rule
-    state, updates = _round(dcfl)
-    new = dcfl.aggregate(state, 1, updates, np.random.default_rng(0))
+    state = _start(dcfl)
+    new = dcfl.aggregate(state, 1, _updates(state, _planted()), _RNG)
     assert new.reclustered is False  # the sync round's own means
     step = new.models[ClusterId(0)] - BASE
     assert_allclose(step, robust_mean(list(_planted()), [1] * 10, rule), atol=1e-6)
@@ -63,3 +68,18 @@ def test_a_rule_measured_from_the_origin_clips_the_steps_not_the_models(
     honest = _planted()[:8].mean(axis=0)
     cosine = step @ honest / np.linalg.norm(step) / np.linalg.norm(honest)
     assert cosine > 0.99
+
+
+def test_centred_clipping_starts_each_round_from_the_clusters_last_step() -> None:
+    rule = CenteredClipping(tau=0.5, iterations=2)
+    dcfl = DCFL()
+    dcfl.aggregator = rule
+    state = _start(dcfl)
+    rounds = [_planted(), 0.5 * _planted() + 0.3]
+    oracle = byzfl.CenteredClipping(L=rule.iterations, tau=rule.tau)
+    for steps in rounds:
+        before = state.models[ClusterId(0)]
+        state = dcfl.aggregate(state, 1, _updates(state, steps), _RNG)
+        assert state.reclustered is False
+        step = state.models[ClusterId(0)] - before.astype(np.float64)
+        assert_allclose(step, oracle(steps.astype(np.float64)), atol=2e-6)
