@@ -109,6 +109,12 @@ class Strategy(ABC, Generic[S]):
     """How each cluster folds its members' updates into one step
     (`robust.py`): the scenario's `aggregator`, set where the strategy is
     built. `mean`, the default, is the algorithm's own weighted mean."""
+    fraction: float = 1.0
+    """The share of the available clients (of each cluster's, where the
+    strategy samples per cluster) that trains a round, as `sample_clients`
+    draws it: a strategy that samples sets it from its `fraction` parameter.
+    The scenario checks a robust rule's assumption at the round it gives
+    (`scenarios/robustness.py`)."""
     supports_async: ClassVar[bool] = False
     """Whether the strategy has an asynchronous mode (`absorb`)."""
     supports_dp: ClassVar[bool] = True

@@ -81,6 +81,14 @@ def sample_clients(
     """
     if fraction >= 1 or len(clients) <= 1:
         return list(clients)
-    k = max(1, round(fraction * len(clients)))
+    k = sample_size(len(clients), fraction)
     picked = rng.choice(len(clients), size=k, replace=False)
     return [clients[i] for i in sorted(picked)]
+
+
+def sample_size(n: int, fraction: float) -> int:
+    """How many of `n` clients `sample_clients` picks: max(1, round(fraction·n)),
+    or all n where there is no choice to make."""
+    if fraction >= 1 or n <= 1:
+        return n
+    return max(1, round(fraction * n))

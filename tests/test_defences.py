@@ -14,10 +14,11 @@ import pytest
 from numpy.testing import assert_allclose
 
 import clusterfed
-from clusterfed.algorithms import ClientUpdate, defences, make
+from clusterfed.algorithms import ClientInfo, ClientUpdate, defences, make
 from clusterfed.algorithms._aggregate import average_per_cluster
 from clusterfed.algorithms._buffers import BufferRule
 from clusterfed.algorithms.base import streams
+from clusterfed.algorithms.fedavg import sample_clients, sample_size
 from clusterfed.algorithms.robust import (
     AGGREGATOR_ADAPTER,
     AGGREGATORS,
@@ -258,6 +259,39 @@ def test_a_scenario_that_breaks_a_rule_is_refused_with_the_reason() -> None:
     assert with_overrides(base, ["aggregator=geomed"]).aggregator.kind == "geomed"
     nnm = with_overrides(base, ["aggregator=nnm+median", "aggregator.nnm_f=4"])
     assert nnm.aggregator.pre == ("nnm",)
+
+
+def test_a_rule_is_checked_at_the_round_that_sampling_leaves() -> None:
+    # 5 of 20 clients a round, and all 4 Byzantine ones may be among them:
+    # Krum would refuse every round and never move the model.
+    base = load_scenario("byzantine")
+    sampled = ["algorithm_params.fedavg.fraction=0.25", "aggregator=krum"]
+    with pytest.raises(ScenarioError) as refused:
+        with_overrides(base, [*sampled, "aggregator.f=4"])
+    assert str(refused.value).endswith(
+        "aggregator: krum with f = 4 assumes n > 2f + 2 (Blanchard et al.): it"
+        " needs at least 11 updates, not 5 (a round of 5 of the run's 20"
+        " clients, fraction = 0.25; every Byzantine client may be in one round)"
+    )
+    assert with_overrides(base, ["aggregator=krum", "aggregator.f=4"])  # 20
+    fedavg = "algorithm_params.fedavg.fraction"
+    median = with_overrides(base, [f"{fedavg}=0.75", "aggregator=median"])
+    assert median.aggregator.kind == "median"  # 4 of 15
+    with pytest.raises(ScenarioError, match=r"4 of 5 are \(a round of 5 .*0\.25;"):
+        with_overrides(base, [f"{fedavg}=0.25", "aggregator=median"])
+    # A round closed at half the replies folds 10.
+    half = ["deadline.policy=fraction", "deadline.fraction=0.5"]
+    trimmed = ["aggregator=trimmed_mean", "aggregator.beta=0.2"]
+    with pytest.raises(ScenarioError, match=r"⌊0\.2·10⌋ = 2 .*deadline\.fraction"):
+        with_overrides(base, [*half, *trimmed])
+
+
+def test_the_checked_round_is_the_size_strategies_sample() -> None:
+    clients = [ClientInfo(ClientId(i), n_train=1) for i in range(21)]
+    for n in (1, 2, 5, 20, 21):
+        for fraction in (0.01, 0.1, 0.25, 0.5, 0.99, 1.0):
+            picked = sample_clients(clients[:n], fraction, np.random.default_rng(0))
+            assert sample_size(n, fraction) == len(picked), (n, fraction)
 
 
 @pytest.mark.parametrize(
