@@ -17,7 +17,14 @@ bit for bit):
 - `norm_clip`: the weighted mean after scaling each update down to an L2 norm
   of at most `max_norm`, by default the median norm of the cluster's updates
   (Sun, Kairouz, Suresh, McMahan, "Can You Really Backdoor Federated
-  Learning?", 2019).
+  Learning?", 2019);
+- `geomed`, `centered_clip`, `bulyan`, `dnc`, `signguard`, and the
+  pre-aggregators `nnm` and `bucketing` in front of any rule (`"nnm+krum"`):
+  their papers and maths are in `defences.py`. `centered_clip` starts from
+  the cluster's last fold (`remembers`), which the strategy keeps in its
+  state (`ServerState.centres`).
+
+`AGGREGATORS` and `PRE_AGGREGATORS` are derived from the rule models.
 
 `median`, `trimmed_mean` and `krum` weigh every client alike: a sample count
 is the client's own claim, and a robust rule gives a claim no leverage.
@@ -31,7 +38,8 @@ al.'s `n > 2f + 2` and `byzantine <= f`. A scenario that breaks an assumption
 is refused when it is validated (`scenarios/spec.py`, with the reason); a
 cluster that turns out smaller than its rule needs (clustered algorithms
 split the clients) gets an `AssumptionWarning` naming the rule and the size,
-and, for Krum, keeps its model that step (no neighbour count is defined).
+and, for Krum and Bulyan when too few rows reach them (after any
+pre-aggregator), keeps its model that step (no neighbour count is defined).
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, get_args
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -289,19 +297,10 @@ AggregatorRule = (
 )
 Aggregator = Annotated[AggregatorRule, Field(discriminator="kind")]
 AGGREGATOR_ADAPTER: TypeAdapter[AggregatorRule] = TypeAdapter(Aggregator)
-AGGREGATORS: tuple[str, ...] = (
-    "mean",
-    "median",
-    "trimmed_mean",
-    "krum",
-    "norm_clip",
-    "geomed",
-    "centered_clip",
-    "bulyan",
-    "dnc",
-    "signguard",
+AGGREGATORS: tuple[str, ...] = tuple(
+    rule.model_fields["kind"].default for rule in get_args(AggregatorRule)
 )
-PRE_AGGREGATORS: tuple[str, ...] = ("nnm", "bucketing")
+PRE_AGGREGATORS: tuple[str, ...] = get_args(PreAggregator)
 MEAN = Mean()
 
 
@@ -348,8 +347,6 @@ def robust_mean(
         # A clustered algorithm's cluster can be smaller than the run the
         # scenario was checked against: said, never silent.
         warnings.warn(f"a cluster of {reason}", AssumptionWarning, stacklevel=2)
-        if isinstance(aggregator, Krum | Bulyan):  # undefined: no step
-            return np.zeros_like(np.asarray(vectors[0], dtype=np.float64))
     stack = _stack(vectors)
     for step in aggregator.pre:
         if step == "nnm":
@@ -359,6 +356,10 @@ def robust_mean(
                 stack, aggregator.bucket_size, defences.vector_seed(stack)
             )
         weights = [1.0] * len(stack)
+    # Krum and Bulyan are undefined on too few rows: no step. Judged on the
+    # rows they get, so a warning about NNM alone does not stop them.
+    if isinstance(aggregator, Krum | Bulyan) and aggregator._breaks(len(stack), 0):
+        return np.zeros(stack.shape[1:])
     return _fold(stack, weights, aggregator, centre)
 
 

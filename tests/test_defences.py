@@ -27,9 +27,13 @@ from clusterfed.algorithms.robust import (
     CenteredClipping,
     DnC,
     GeometricMedian,
+    Krum,
     Median,
+    NormClip,
     SignGuard,
     TrimmedMean,
+    clip_norms,
+    krum,
     parse_aggregator,
     robust_mean,
 )
@@ -68,6 +72,24 @@ def test_centered_clipping_equals_byzfls(tau: float, iterations: int) -> None:
         list(STACK), ONES, CenteredClipping(tau=tau, iterations=iterations)
     )
     assert_allclose(got, byzfl.CenteredClipping(L=iterations, tau=tau)(STACK))
+
+
+@pytest.mark.parametrize("f", [0, 1, 3])
+def test_krum_picks_byzfls_row(f: int) -> None:
+    # ByzFL scores by the n − f − 1 nearest others, Blanchard et al. (ours)
+    # by n − f − 2: our f is ByzFL's f + 1.
+    chosen = byzfl.Krum(f=f + 1)(STACK)
+    assert_allclose(STACK[krum(STACK, f)[0]], chosen)
+    assert_allclose(robust_mean(list(STACK), ONES, Krum(f=f)), chosen)
+
+
+def test_norm_clip_with_a_fixed_bound_is_the_mean_of_byzfls_clipping() -> None:
+    clipped = byzfl.Clipping(c=1.5)(STACK.copy())  # it clips in place
+    assert_allclose(clip_norms(list(STACK), 1.5), clipped)
+    assert_allclose(
+        robust_mean(list(STACK), ONES, NormClip(max_norm=1.5)), clipped.mean(axis=0)
+    )
+    assert (np.linalg.norm(STACK, axis=1) > 1.5).any()  # some row is clipped
 
 
 @pytest.mark.parametrize("f", [1, 3])
@@ -239,6 +261,19 @@ def test_a_pre_aggregator_in_front_of_the_mean_is_applied_not_dropped() -> None:
     fedavg = make("fedavg")  # a round of sums would be the plain mean
     fedavg.aggregator = rule
     assert not streams(fedavg)
+
+
+def test_krum_after_nnm_folds_when_only_nnms_assumption_fails() -> None:
+    # 8 updates: NNM with nnm_f = 4 assumes n > 8 (warned), but Krum with
+    # f = 1 is defined on the 8 mixed rows it gets: a step, not none.
+    rule = Krum(pre=("nnm",), nnm_f=4)
+    with pytest.warns(AssumptionWarning, match="nnm with nnm_f = 4"):
+        got = robust_mean(list(STACK[:8]), ONES[:8], rule)
+    mixed = defences.nnm(STACK[:8], 3)  # as many as 8 rows allow
+    assert_allclose(got, mixed[krum(mixed, 1)[0]])
+    assert np.abs(got).sum() > 0
+    with pytest.warns(AssumptionWarning, match="krum with f = 3"):  # n ≤ 2f + 2
+        assert not robust_mean(list(STACK[:8]), ONES[:8], Krum(f=3)).any()
 
 
 def test_each_rule_states_its_assumption() -> None:
