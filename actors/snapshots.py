@@ -14,6 +14,7 @@ import numpy as np
 
 from clusterfed.algorithms import ServerState
 from clusterfed.errors import ConfigError
+from clusterfed.types import ClusterId
 
 from .roster import Roster
 from .validation import check_models
@@ -70,6 +71,9 @@ def check_snapshot(
         if not np.isfinite(model).all():
             return f"cluster {cluster}'s model holds NaN or Inf"
     problem = check_models(state.models)
+    if problem is not None:
+        return problem
+    problem = _centres_problem(state.centres, n_weights)
     if problem is not None:
         return problem
     roster = snapshot["roster"]
@@ -139,6 +143,20 @@ def restore_snapshot(server: ParameterServer, snapshot: Mapping[str, Any]) -> No
         )
     if server.client_dp is not None:
         server.client_dp.restore(books)
+
+
+def _centres_problem(
+    centres: Mapping[ClusterId, np.ndarray], n_weights: int
+) -> str | None:
+    """Why the clusters' centres (`ServerState.centres`) are damaged, or
+    None. Each is a robust rule's last fold: a float64 vector of the run's
+    weights, finite."""
+    for cluster, centre in centres.items():
+        if not isinstance(centre, np.ndarray) or centre.shape != (n_weights,):
+            return f"cluster {cluster}'s centre is not a vector of {n_weights} weights"
+        if centre.dtype != np.float64 or not np.isfinite(centre).all():
+            return f"cluster {cluster}'s centre is not a finite float64 vector"
+    return None
 
 
 def _client_dp_problem(books: object) -> str | None:

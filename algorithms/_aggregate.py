@@ -10,8 +10,8 @@ import numpy as np
 
 from clusterfed.types import ClusterId
 
-from .base import ClientUpdate
-from .robust import MEAN, AggregatorRule, Mean, robust_mean
+from .base import ClientUpdate, S
+from .robust import MEAN, AggregatorRule, remember, robust_mean
 
 ClusterMean = Literal["plain", "weighted"]
 """How a cluster averages its members: every member alike ("plain", the mean
@@ -172,20 +172,70 @@ def average_per_cluster(
     mean: ClusterMean = "weighted",
 ) -> dict[ClusterId, np.ndarray]:
     """Each cluster's model plus the mean of its members' deltas, sample-weighted
-    or plain (`mean`), or what `aggregator` makes of them (see `robust.py`).
+    or plain (`mean`), or what `aggregator` makes of them (see `robust.py`;
+    a rule that remembers its last fold starts from the origin here: use
+    `move_clusters`, which keeps it in the state).
 
     Only accepted ("ok") updates count; a cluster nobody updated keeps its model.
     Updates are taken in client order so the sum is the same in every run.
     """
-    if isinstance(aggregator, Mean):
+    if aggregator.is_mean:
         return sum_per_cluster(updates, mean).step(models, server_lr=server_lr)
+    folds = fold_per_cluster(updates, aggregator, mean, {})
+    return _moved(models, folds, server_lr)
+
+
+def move_clusters(
+    state: S,
+    updates: Sequence[ClientUpdate],
+    *,
+    server_lr: float = 1.0,
+    aggregator: AggregatorRule = MEAN,
+    mean: ClusterMean = "weighted",
+) -> S:
+    """`state` with its models moved as `average_per_cluster` moves them,
+    each fold started from the cluster's centre and kept as its next one
+    where the rule `remembers` it (centred clipping)."""
+    if aggregator.is_mean:
+        models = average_per_cluster(
+            state.models, updates, server_lr=server_lr, mean=mean
+        )
+        return state.replace(models=models)
+    folds = fold_per_cluster(updates, aggregator, mean, state.centres)
+    models = _moved(state.models, folds, server_lr)
+    return state.replace(
+        models=models, centres=remember(state.centres, folds, models, aggregator)
+    )
+
+
+def fold_per_cluster(
+    updates: Sequence[ClientUpdate],
+    aggregator: AggregatorRule,
+    mean: ClusterMean,
+    centres: Mapping[ClusterId, np.ndarray],
+) -> dict[ClusterId, np.ndarray]:
+    """Each updated cluster's step by `aggregator` (float64), from its
+    centre where it has one; the updates that count, in client order."""
     by_cluster: dict[ClusterId, list[tuple[np.ndarray, int]]] = defaultdict(list)
     for update in sorted(updates, key=lambda u: u.client):
         if counts_in_mean(update) and update.delta is not None:
             by_cluster[update.cluster_id].append((update.delta, update.n_samples))
-    new = dict(models)
+    folds = {}
     for cluster, members in by_cluster.items():
         weights = member_weights([n for _, n in members], mean)
-        step = robust_mean([d for d, _ in members], weights, aggregator)
-        new[cluster] = (models[cluster] + server_lr * step).astype(np.float32)
+        folds[cluster] = robust_mean(
+            [d for d, _ in members], weights, aggregator, centres.get(cluster)
+        )
+    return folds
+
+
+def _moved(
+    models: Mapping[ClusterId, np.ndarray],
+    folds: Mapping[ClusterId, np.ndarray],
+    server_lr: float,
+) -> dict[ClusterId, np.ndarray]:
+    """`models` with each folded cluster moved by `server_lr` × its fold."""
+    new = dict(models)
+    for cluster, fold in folds.items():
+        new[cluster] = (models[cluster] + server_lr * fold).astype(np.float32)
     return new

@@ -11,8 +11,9 @@ cluster keeps its own pace.
 Under a robust `aggregator` (`robust.py`) a buffer keeps its discounted deltas
 one by one and the full buffer moves its cluster by the rule's fold of them
 (`server_lr` times it): the same rule as a synchronous round, over the
-buffer's `buffer_size` updates. Under `mean` it keeps only the sums, and the
-step is bit for bit what it was.
+buffer's `buffer_size` updates, from the cluster's centre where the rule
+keeps one (centred clipping: the cluster's last fold). Under `mean` it keeps
+only the sums, and the step is bit for bit what it was.
 
 A cluster's model moves by deltas, never to the mean of the members' end
 points: an end point of a stale update lies near the model it started from,
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -30,7 +32,7 @@ from clusterfed.types import ClusterId
 
 from ._staleness import Staleness, check_staleness, staleness_weight
 from .base import ClientUpdate
-from .robust import MEAN, AggregatorRule, Mean, robust_mean
+from .robust import MEAN, AggregatorRule, remember, robust_mean
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,17 @@ class ClusterBuffer:
     count: int
     members: tuple[np.ndarray, ...] = ()
     weights: tuple[float, ...] = ()
+
+
+class Folded(NamedTuple):
+    """A buffer's fold of one update: the models, the buffers, whether a
+    model moved and the clusters' centres (`ServerState.centres`). New
+    mappings; none of the inputs is mutated."""
+
+    models: dict[ClusterId, np.ndarray]
+    buffers: dict[ClusterId, ClusterBuffer]
+    moved: bool
+    centres: dict[ClusterId, np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -89,17 +102,19 @@ class BufferRule:
         staleness: int,
         weight: float = 1.0,
         aggregator: AggregatorRule = MEAN,
-    ) -> tuple[dict[ClusterId, np.ndarray], dict[ClusterId, ClusterBuffer], bool]:
+        centres: Mapping[ClusterId, np.ndarray] | None = None,
+    ) -> Folded:
         """Add `update` (weighted by `weight` and s(τ)) to its cluster's
-        buffer; step that cluster when the buffer is full, by `aggregator`.
-        Returns the models, the buffers and whether a model moved. New
-        mappings; none is mutated."""
+        buffer; step that cluster when the buffer is full, by `aggregator`
+        (from the cluster's entry in `centres`, where the rule remembers its
+        last fold)."""
+        centres = dict(centres or {})
         if update.delta is None or update.cluster not in models:
-            return dict(models), dict(buffers), False
+            return Folded(dict(models), dict(buffers), False, centres)
         cluster = update.cluster_id
         discount = staleness_weight(self.staleness, staleness, a=self.a, b=self.b)
         step = update.delta.astype(np.float64) * (discount * weight)
-        robust = not isinstance(aggregator, Mean)
+        robust = not aggregator.is_mean
         member = (update.delta.astype(np.float64) * discount,) if robust else ()
         kept = (weight,) if robust else ()
         old = buffers.get(cluster)
@@ -118,20 +133,23 @@ class BufferRule:
         new_buffers = dict(buffers)
         if buffer.count < self.buffer_size:
             new_buffers[cluster] = buffer
-            return new_models, new_buffers, False
+            return Folded(new_models, new_buffers, False, centres)
         current = models[cluster].astype(np.float64)
         # Weights are sample counts or 1. When every count is 0 the total is 0
         # too: dividing by the count instead of 0 leaves the model where it was,
         # as a synchronous round skips updates of no samples.
         total = buffer.weight if buffer.weight > 0 else float(buffer.count)
         if robust:
-            fold = robust_mean(buffer.members, buffer.weights, aggregator)
+            fold = robust_mean(
+                buffer.members, buffer.weights, aggregator, centres.get(cluster)
+            )
             moved = current + self.server_lr * fold
+            centres = remember(centres, {cluster: fold}, models, aggregator)
         else:
             moved = current + self.server_lr * buffer.total / total
         new_models[cluster] = moved.astype(np.float32)
         new_buffers.pop(cluster, None)
-        return new_models, new_buffers, True
+        return Folded(new_models, new_buffers, True, centres)
 
 
 class Buffered:

@@ -58,7 +58,7 @@ from .records import ServerState as ServerState
 from .records import SubspaceRequest as SubspaceRequest
 from .records import TaskPlan as TaskPlan
 from .records import Want as Want
-from .robust import MEAN, AggregatorRule, Mean
+from .robust import MEAN, AggregatorRule
 
 if TYPE_CHECKING:  # _aggregate imports this module
     from ._aggregate import ClusterSums
@@ -109,6 +109,12 @@ class Strategy(ABC, Generic[S]):
     """How each cluster folds its members' updates into one step
     (`robust.py`): the scenario's `aggregator`, set where the strategy is
     built. `mean`, the default, is the algorithm's own weighted mean."""
+    fraction: float = 1.0
+    """The share of the available clients (of each cluster's, where the
+    strategy samples per cluster) that trains a round, as `sample_clients`
+    draws it: a strategy that samples sets it from its `fraction` parameter.
+    The scenario checks a robust rule's assumption at the round it gives
+    (`scenarios/robustness.py`)."""
     supports_async: ClassVar[bool] = False
     """Whether the strategy has an asynchronous mode (`absorb`)."""
     supports_dp: ClassVar[bool] = True
@@ -360,8 +366,9 @@ class Strategy(ABC, Generic[S]):
 
 def streams(strategy: Strategy[Any]) -> bool:
     """Whether the server folds `strategy`'s rounds: it declares `folds`
-    and aggregates by the mean (a robust rule needs every update)."""
-    return strategy.folds and isinstance(strategy.aggregator, Mean)
+    and aggregates by the plain mean (a robust rule, or a pre-aggregator in
+    front of the mean, needs every update)."""
+    return strategy.folds and strategy.aggregator.is_mean
 
 
 def _owner(cls: type, name: str) -> type:

@@ -88,7 +88,7 @@ from .base import (
     Want,
 )
 from .diagnostics import Diagnostics
-from .robust import robust_mean
+from .robust import remember, robust_mean
 
 N_INIT = 10  # K-means restarts per k
 
@@ -287,14 +287,16 @@ class CAFA(Strategy[CAFAState]):
         weights = combined_weights(cbcc, abfa_weights(accuracy))
         cluster = members[0].cluster_id
         deltas = [u.delta for u in members if u.delta is not None]
-        step = robust_mean(deltas, weights.tolist(), self.aggregator)
+        centre = state.centres.get(cluster)
+        step = robust_mean(deltas, weights.tolist(), self.aggregator, centre)
         models = dict(state.models)
         models[cluster] = (state.models[cluster] + step).astype(np.float32)
+        centres = remember(state.centres, {cluster: step}, models, self.aggregator)
         record = tuple(
             ABFAWeight(u.client, float(a), float(c), float(w))
             for u, a, c, w in zip(members, accuracy, cbcc, weights, strict=True)
         )
-        return state.replace(models=models, abfa=record)
+        return state.replace(models=models, abfa=record, centres=centres)
 
     # -- results ----------------------------------------------------------------
 

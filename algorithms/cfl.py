@@ -66,9 +66,9 @@ from clusterfed.types import ClusterId
 
 from ._aggregate import (
     ClusterMean,
-    average_per_cluster,
     check_cluster_mean,
     member_weights,
+    move_clusters,
     weighted_mean,
 )
 from .base import ClientUpdate, ServerState, Strategy
@@ -230,10 +230,9 @@ class CFL(Strategy[CFLState]):
         updates: Sequence[ClientUpdate],
         rng: np.random.Generator,
     ) -> CFLState:
-        models = average_per_cluster(
-            state.models, updates, aggregator=self.aggregator, mean=self.mean
+        state = move_clusters(
+            state, updates, aggregator=self.aggregator, mean=self.mean
         )
-        state = state.replace(models=models)
         return self.split(state, round, updates)
 
     def norm_thresholds(self, state: CFLState) -> tuple[float, float] | None:

@@ -18,6 +18,10 @@ Where the paper is loose, clusterfed decides:
 - Cluster models are the unweighted mean of the members' new models, as Eq. 5
   writes it, both for the per-round update (Algorithm 1, line 17) and after
   re-clustering; `sample_weighted=True` weights both by sample counts instead.
+  A robust `aggregator` folds the members' steps from their (weighted) mean
+  start, the cluster's model when they all trained from it, and the model is
+  that start plus the fold: rules that clip by norm (`norm_clip`,
+  `centered_clip`) clip updates, never whole models.
 - Only "ok" updates count. The distances, the Dunn index and re-clustering
   cover the clients that trained from their cluster model this round; a client
   that did not report keeps its cluster id, and a cluster nobody updated keeps
@@ -77,7 +81,7 @@ from ._recluster import affinity_clusters, dunn_index, match_ids
 from .base import ClientInfo, ClientUpdate, ServerState, Strategy
 from .diagnostics import Diagnostics
 from .distances import check_metric, pairwise_distances
-from .robust import robust_mean
+from .robust import remember, robust_mean
 
 
 @dataclass(frozen=True)
@@ -250,20 +254,16 @@ class DCFL(Buffered, Strategy[DCFLState]):
         Draws one seed for affinity propagation from `rng` when it re-clusters.
         """
         old = [state.assignment[u.client] for u in members]
-        models = dict(state.models)
-        models.update(self._cluster_means(members, old))
-        return self._recluster(state, members, models, rng)
+        return self._recluster(self._move(state, members, old), members, rng)
 
     def _recluster(
         self,
         state: DCFLState,
         members: Sequence[ClientUpdate],
-        models: dict[ClusterId, np.ndarray],
         rng: np.random.Generator,
     ) -> DCFLState:
         """The Dunn index of `members`' updates under their clusters now;
-        below 1, affinity propagation's clustering with Eq. 5's models.
-        `models` are the cluster models if it does not re-cluster."""
+        below 1, affinity propagation's clustering with Eq. 5's models."""
         old = [state.assignment[u.client] for u in members]
         arrays = [_arrays(u) for u in members]
         dist = pairwise_distances(
@@ -274,7 +274,7 @@ class DCFL(Buffered, Strategy[DCFLState]):
         index = dunn_index(dist, np.asarray(old))
         state = state.replace(dunn_index=index, reclustered=False)
         if index >= 1:
-            return state.replace(models=models)
+            return state
         labels = affinity_clusters(
             dist,
             damping=self.damping,
@@ -283,13 +283,13 @@ class DCFL(Buffered, Strategy[DCFLState]):
             random_state=int(rng.integers(2**31 - 1)),
         )
         if labels is None:  # no convergence: keep the clustering this round
-            return state.replace(models=models)
+            return state
         ids, next_cluster = match_ids(old, labels, _next_cluster(state))
         assignment = dict(state.assignment)
         assignment.update({u.client: c for u, c in zip(members, ids, strict=True)})
-        models.update(self._cluster_means(members, ids))
+        state = self._move(state, members, ids)
         return state.replace(
-            models=_drop_empty(models, assignment),
+            models=_drop_empty(state.models, assignment),
             assignment=assignment,
             reclustered=True,
             next_cluster=next_cluster,
@@ -311,25 +311,30 @@ class DCFL(Buffered, Strategy[DCFLState]):
         if cluster is None:  # it left while training
             return state, False
         state = state.replace(reclustered=False)  # each row says its own
-        models, buffers, moved = dict(state.models), dict(state.buffers), False
+        moved = False
         if update.cluster == cluster:
             weight = float(max(update.n_samples, 0)) if self.sample_weighted else 1.0
-            models, buffers, moved = self.buffering.fold(
+            folded = self.buffering.fold(
                 state.models,
                 state.buffers,
                 update,
                 staleness,
                 weight,
                 aggregator=self.aggregator,
+                centres=state.centres,
+            )
+            moved = folded.moved
+            state = state.replace(
+                models=folded.models, buffers=folded.buffers, centres=folded.centres
             )
         window = (*state.window, update)
         size = self.window if self.window is not None else len(state.assignment)
-        state = state.replace(models=models, buffers=buffers, window=window)
+        state = state.replace(window=window)
         members = [u for u in latest_per_client(window) if u.client in state.assignment]
         # Fewer than three clients show no structure (see affinity_clusters).
         if len(window) < size or len(members) < 3:
             return state, moved
-        decided = self._recluster(state.replace(window=()), members, dict(models), rng)
+        decided = self._recluster(state.replace(window=()), members, rng)
         if decided.reclustered:
             return decided.replace(buffers={}), True
         return decided, moved
@@ -349,25 +354,52 @@ class DCFL(Buffered, Strategy[DCFLState]):
             pending=state.pending - set(placed),
         )
 
+    def _move(
+        self,
+        state: DCFLState,
+        members: Sequence[ClientUpdate],
+        labels: Sequence[ClusterId],
+    ) -> DCFLState:
+        """`state` with each cluster of `labels` at Eq. 5's model of its
+        members, and its fold kept where the rule remembers it."""
+        means, folds = self._cluster_means(members, labels, state.centres)
+        models = {**state.models, **means}
+        centres = remember(state.centres, folds, models, self.aggregator)
+        return state.replace(models=models, centres=centres)
+
     def _cluster_means(
-        self, members: Sequence[ClientUpdate], labels: Sequence[ClusterId]
-    ) -> dict[ClusterId, np.ndarray]:
-        """Eq. 5: each cluster's model is the mean of its members' new models."""
+        self,
+        members: Sequence[ClientUpdate],
+        labels: Sequence[ClusterId],
+        centres: Mapping[ClusterId, np.ndarray],
+    ) -> tuple[dict[ClusterId, np.ndarray], dict[ClusterId, np.ndarray]]:
+        """Eq. 5: each cluster's model is the mean of its members' new models;
+        under a robust rule, their mean start plus the rule's fold of the
+        steps from it (from the cluster's centre, where the rule keeps one).
+        Returns the models and the robust folds."""
         groups: dict[ClusterId, list[ClientUpdate]] = {}
         for update, cluster in zip(members, labels, strict=True):
             groups.setdefault(cluster, []).append(update)
-        means = {}
+        means, folds = {}, {}
         for cluster, group in groups.items():
             weights = [max(u.n_samples, 0) for u in group]
             if not self.sample_weighted or sum(weights) <= 0:
                 weights = [1] * len(group)
-            ends = [
-                base.astype(np.float64) + delta for base, delta in map(_arrays, group)
-            ]
-            means[cluster] = robust_mean(ends, weights, self.aggregator).astype(
-                np.float32
-            )
-        return means
+            arrays = [_arrays(u) for u in group]
+            if self.aggregator.is_mean:
+                ends = [base.astype(np.float64) + delta for base, delta in arrays]
+                means[cluster] = weighted_mean(ends, weights).astype(np.float32)
+                continue
+            # A rule measured from the origin (norm_clip, centered_clip) must
+            # see updates, not whole models: the members' steps from their
+            # mean start (their common base when they share one, exactly:
+            # float64 sums of float32 vectors times small counts are exact).
+            origin = weighted_mean([b.astype(np.float64) for b, _ in arrays], weights)
+            steps = [(base - origin) + delta for base, delta in arrays]
+            fold = robust_mean(steps, weights, self.aggregator, centres.get(cluster))
+            means[cluster] = (origin + fold).astype(np.float32)
+            folds[cluster] = fold
+        return means, folds
 
 
 # -- placement, each step testable alone (re-clustering's: `_recluster.py`) -----

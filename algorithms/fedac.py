@@ -53,7 +53,7 @@ from sklearn.metrics.pairwise import cosine_similarity
 
 from clusterfed.types import ClientId, ClusterId
 
-from ._aggregate import average_per_cluster, weighted_mean
+from ._aggregate import move_clusters, weighted_mean
 from .base import ClientInfo, ClientUpdate, S, ServerState, Strategy, TaskPlan
 from .fedavg import sample_clients
 
@@ -160,8 +160,7 @@ class FedAC(Strategy[FedACState]):
             ),
             key=lambda u: u.client,
         )
-        models = average_per_cluster(state.models, ok, aggregator=self.aggregator)
-        state = state.replace(models=models)
+        state = move_clusters(state, ok, aggregator=self.aggregator)
         scans = state.scans
         losses: dict[ClusterId, float] = dict(state.losses)
         rescan: set[ClusterId] = set()

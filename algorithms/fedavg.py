@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ._aggregate import ClusterSums, average_per_cluster, member_weight
+from ._aggregate import ClusterSums, member_weight, move_clusters
 from .base import ClientInfo, ClientUpdate, ServerState, Strategy, TaskPlan
 
 
@@ -53,10 +53,9 @@ class FedAvg(Strategy[ServerState]):
         updates: Sequence[ClientUpdate],
         rng: np.random.Generator,
     ) -> ServerState:
-        models = average_per_cluster(
-            state.models, updates, server_lr=self.server_lr, aggregator=self.aggregator
+        return move_clusters(
+            state, updates, server_lr=self.server_lr, aggregator=self.aggregator
         )
-        return state.replace(models=models)
 
     def fold_weight(self, state: ServerState, update: ClientUpdate) -> float:
         return member_weight(update, "weighted")
@@ -92,7 +91,8 @@ def sample_size(fraction: float, n: int) -> int:
     """How many of `n` clients `sample_clients` draws: all of them with
     fraction 1 or at most one client, else max(1, round(fraction·n)), which
     may be more than fraction·n (client-level DP accounts the largest k/n a
-    run reaches, scenarios/privacy.py)."""
+    run reaches, scenarios/privacy.py; robust rules check their assumption
+    at this many, scenarios/robustness.py)."""
     if fraction >= 1 or n <= 1:
         return n
     return max(1, round(fraction * n))

@@ -89,7 +89,15 @@ class FedBuff(Buffered, FedAvg):
             return state, False
         # Every update weighs 1: the buffer's step is the plain mean of its
         # discounted deltas (Algorithm 1), whatever the sample counts.
-        models, buffers, moved = self.buffering.fold(
-            state.models, state.buffers, update, staleness, aggregator=self.aggregator
+        folded = self.buffering.fold(
+            state.models,
+            state.buffers,
+            update,
+            staleness,
+            aggregator=self.aggregator,
+            centres=state.centres,
         )
-        return state.replace(models=models, buffers=buffers), moved
+        new = state.replace(
+            models=folded.models, buffers=folded.buffers, centres=folded.centres
+        )
+        return new, folded.moved

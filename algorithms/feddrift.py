@@ -103,7 +103,7 @@ import numpy as np
 
 from clusterfed.types import ClientId, ClusterId, ModelKey
 
-from ._aggregate import average_per_cluster, counts_in_mean
+from ._aggregate import counts_in_mean, move_clusters
 from .base import ClientInfo, ClientUpdate, Strategy, TaskPlan
 from .fedavg import sample_clients
 from .feddrift_client import FedDriftPolicy as FedDriftPolicy
@@ -238,12 +238,11 @@ class FedDrift(Strategy[FedDriftState]):
             key=lambda u: u.client,
         )
         if round % self.period != 0:
-            models = average_per_cluster(state.models, ok, aggregator=self.aggregator)
-            return state.replace(models=models, assignment=_moved(state, ok))
+            state = move_clusters(state, ok, aggregator=self.aggregator)
+            return state.replace(assignment=_moved(state, ok))
         step = round // self.period
         state, scores, stay = self.detect(state, step, ok)
-        models = average_per_cluster(state.models, stay, aggregator=self.aggregator)
-        state = state.replace(models=models)
+        state = move_clusters(state, stay, aggregator=self.aggregator)
         return self.merge(state, step, scores)
 
     # -- named steps, testable alone ------------------------------------------

@@ -66,7 +66,12 @@ from sklearn.metrics import pairwise_distances
 
 from clusterfed.types import ClientId, ClusterId
 
-from ._aggregate import average_per_cluster, counts_in_mean, weighted_mean
+from ._aggregate import (
+    average_per_cluster,
+    counts_in_mean,
+    move_clusters,
+    weighted_mean,
+)
 from .base import ClientInfo, ClientUpdate, ServerState, Strategy, TaskPlan
 from .diagnostics import Diagnostics
 from .fedavg import sample_clients
@@ -259,16 +264,12 @@ class FLHC(Strategy[FLHCState]):
         if state.clustering is None:
             if round >= self.cluster_round and usable:
                 return self.clustering_round(state, round, usable)
-            models = average_per_cluster(
-                state.models, usable, aggregator=self.aggregator
-            )
-            return state.replace(models=models)
-        models = average_per_cluster(
-            state.models,
+            return move_clusters(state, usable, aggregator=self.aggregator)
+        state = move_clusters(
+            state,
             [u for u in usable if u.client not in state.pending],
             aggregator=self.aggregator,
         )
-        state = state.replace(models=models)
         return self.place_pending(
             state, [u for u in usable if u.client in state.pending]
         )

@@ -37,9 +37,9 @@ from clusterfed.types import ClientId, ClusterId, ModelKey
 from ._aggregate import (
     ClusterMean,
     ClusterSums,
-    average_per_cluster,
     check_cluster_mean,
     member_weight,
+    move_clusters,
 )
 from ._buffers import Buffered, ClusterBuffer
 from .base import (
@@ -142,10 +142,8 @@ class IFCALoop(Strategy[S]):
     ) -> S:
         """Average per reported identity; each reporting client is now there."""
         ok = _reporting(state, updates)
-        models = average_per_cluster(
-            state.models, ok, aggregator=self.aggregator, mean=self.mean
-        )
-        return state.replace(models=models, assignment=_moved(state, ok))
+        state = move_clusters(state, ok, aggregator=self.aggregator, mean=self.mean)
+        return state.replace(assignment=_moved(state, ok))
 
     def fold_weight(self, state: S, update: ClientUpdate) -> float:
         """A client that left during the round counts for nothing."""
@@ -253,14 +251,19 @@ class IFCA(Buffered, IFCALoop[IFCAState]):
         ):
             return state, False
         weight = float(max(update.n_samples, 0)) if self.mean == "weighted" else 1.0
-        models, buffers, moved = self.buffering.fold(
+        folded = self.buffering.fold(
             state.models,
             state.buffers,
             update,
             staleness,
             weight,
             aggregator=self.aggregator,
+            centres=state.centres,
         )
-        assignment = {**state.assignment, update.client: update.cluster_id}
-        new = state.replace(models=models, buffers=buffers, assignment=assignment)
-        return new, moved
+        new = state.replace(
+            models=folded.models,
+            buffers=folded.buffers,
+            centres=folded.centres,
+            assignment={**state.assignment, update.client: update.cluster_id},
+        )
+        return new, folded.moved

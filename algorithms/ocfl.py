@@ -47,7 +47,7 @@ from sklearn.metrics import pairwise_distances
 
 from clusterfed.types import ClientId, ClusterId
 
-from ._aggregate import average_per_cluster, weighted_mean
+from ._aggregate import move_clusters, weighted_mean
 from .base import ClientInfo, ClientUpdate, ServerState, Strategy, TaskPlan
 from .fedavg import sample_clients
 
@@ -206,12 +206,8 @@ class OCFL(Strategy[OCFLState]):
             usable = [u for u in ok if u.n_samples > 0]
             return self.clustering_round(state, usable) if usable else state
         pending = state.pending
-        models = average_per_cluster(
-            state.models,
-            [u for u in ok if u.client not in pending],
-            aggregator=self.aggregator,
-        )
-        state = state.replace(models=models)
+        placed = [u for u in ok if u.client not in pending]
+        state = move_clusters(state, placed, aggregator=self.aggregator)
         return self.place_pending(state, [u for u in ok if u.client in pending])
 
     # -- the steps of a round -------------------------------------------------

@@ -84,7 +84,7 @@ import numpy as np
 
 from clusterfed.types import ClientId, ClusterId
 
-from ._aggregate import ClusterSums, average_per_cluster
+from ._aggregate import ClusterSums, move_clusters
 from ._subspace import (
     LINKAGES,
     MEASURES,
@@ -259,8 +259,7 @@ class PACFL(Strategy[PACFLState]):
     ) -> PACFLState:
         """FedAvg in each cluster over its members' accepted updates."""
         counted = [u for u in updates if counts(state, u)]
-        models = average_per_cluster(state.models, counted, aggregator=self.aggregator)
-        return state.replace(models=models)
+        return move_clusters(state, counted, aggregator=self.aggregator)
 
     def fold_weight(self, state: PACFLState, update: ClientUpdate) -> float:
         return float(update.n_samples) if counts(state, update) else 0.0

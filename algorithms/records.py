@@ -157,10 +157,19 @@ class ServerState:
     The state every strategy keeps. A strategy that must remember more (a
     Dunn index, clients waiting to be placed, per-cluster losses) subclasses
     it as another frozen dataclass with typed fields.
+
+    Attributes:
+        models: each cluster's model.
+        assignment: each client's cluster.
+        centres: each cluster's last fold by a robust rule that starts the
+            next fold from it (centred clipping's centre, `robust.py`;
+            float64, before any server learning rate); empty under every
+            other rule. Keyword-only, so subclasses' fields keep their order.
     """
 
     models: Mapping[ClusterId, np.ndarray]
     assignment: Mapping[ClientId, ClusterId]
+    centres: Mapping[ClusterId, np.ndarray] = field(default_factory=dict, kw_only=True)
 
     def replace(self, **changes: Any) -> Self:
         """A copy of this state, of the same type, with `changes` applied."""

@@ -17,7 +17,14 @@ bit for bit):
 - `norm_clip`: the weighted mean after scaling each update down to an L2 norm
   of at most `max_norm`, by default the median norm of the cluster's updates
   (Sun, Kairouz, Suresh, McMahan, "Can You Really Backdoor Federated
-  Learning?", 2019).
+  Learning?", 2019);
+- `geomed`, `centered_clip`, `bulyan`, `dnc`, `signguard`, and the
+  pre-aggregators `nnm` and `bucketing` in front of any rule (`"nnm+krum"`):
+  their papers and maths are in `defences.py`. `centered_clip` starts from
+  the cluster's last fold (`remembers`), which the strategy keeps in its
+  state (`ServerState.centres`).
+
+`AGGREGATORS` and `PRE_AGGREGATORS` are derived from the rule models.
 
 `median`, `trimmed_mean` and `krum` weigh every client alike: a sample count
 is the client's own claim, and a robust rule gives a claim no leverage.
@@ -31,19 +38,22 @@ al.'s `n > 2f + 2` and `byzantine <= f`. A scenario that breaks an assumption
 is refused when it is validated (`scenarios/spec.py`, with the reason); a
 cluster that turns out smaller than its rule needs (clustered algorithms
 split the clients) gets an `AssumptionWarning` naming the rule and the size,
-and, for Krum, keeps its model that step (no neighbour count is defined).
+and, for Krum and Bulyan when too few rows reach them (after any
+pre-aggregator), keeps its model that step (no neighbour count is defined).
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, get_args
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from scipy.stats import trim_mean
+
+from clusterfed.types import ClusterId
 
 from . import defences
 
@@ -58,6 +68,13 @@ PreAggregator = Literal["nnm", "bucketing"]
 class _Rule(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    if TYPE_CHECKING:  # each rule's own Literal field, declared there
+        kind: str
+
+    remembers: ClassVar[bool] = False
+    """Whether a fold starts from the cluster's last fold (`centre`), which
+    the strategy keeps in its state (`ServerState.centres`, `remember`)."""
+
     pre: tuple[PreAggregator, ...] = Field(
         (),
         exclude_if=lambda value: not value,
@@ -71,6 +88,18 @@ class _Rule(BaseModel):
     bucket_size: int = Field(
         2, ge=1, exclude_if=lambda v: v == 2, description="bucketing: s"
     )
+
+    @property
+    def is_mean(self) -> bool:
+        """Whether the rule is the algorithm's own mean, with no
+        pre-aggregator in front: nothing robust to do, so a round may be
+        folded into sums (`nnm+mean` is not: it mixes the updates first)."""
+        return self.kind == "mean" and not self.pre
+
+    @property
+    def name(self) -> str:
+        """The rule as a scenario spells it: `"nnm+krum"`."""
+        return "+".join((*self.pre, self.kind))
 
     def breaks(self, n: int, byzantine: int = 0) -> str | None:
         """Why `n` updates, `byzantine` of them hostile, break the rule's
@@ -93,7 +122,7 @@ class _Rule(BaseModel):
     def _minority(self, n: int, byzantine: int) -> str | None:
         if 2 * byzantine >= n:
             return (
-                f"{self.kind} assumes fewer than half the updates are Byzantine;"  # type: ignore[attr-defined]
+                f"{self.kind} assumes fewer than half the updates are Byzantine;"
                 f" {byzantine} of {n} are"
             )
         return None
@@ -184,10 +213,11 @@ class GeometricMedian(_Rule):
 
 
 class CenteredClipping(_Rule):
-    """Centered clipping around the origin (a rule keeps no state between
-    rounds: the paper's centre, the last aggregate, is the zero step)."""
+    """Centered clipping around the cluster's last aggregate (Karimireddy,
+    He, Jaggi's momentum; ByzFL keeps it as `m`), the zero step at first."""
 
     kind: Literal["centered_clip"] = "centered_clip"
+    remembers: ClassVar[bool] = True
     tau: float | None = Field(
         None,
         gt=0,
@@ -267,19 +297,10 @@ AggregatorRule = (
 )
 Aggregator = Annotated[AggregatorRule, Field(discriminator="kind")]
 AGGREGATOR_ADAPTER: TypeAdapter[AggregatorRule] = TypeAdapter(Aggregator)
-AGGREGATORS: tuple[str, ...] = (
-    "mean",
-    "median",
-    "trimmed_mean",
-    "krum",
-    "norm_clip",
-    "geomed",
-    "centered_clip",
-    "bulyan",
-    "dnc",
-    "signguard",
+AGGREGATORS: tuple[str, ...] = tuple(
+    rule.model_fields["kind"].default for rule in get_args(AggregatorRule)
 )
-PRE_AGGREGATORS: tuple[str, ...] = ("nnm", "bucketing")
+PRE_AGGREGATORS: tuple[str, ...] = get_args(PreAggregator)
 MEAN = Mean()
 
 
@@ -309,23 +330,23 @@ def robust_mean(
     vectors: Sequence[np.ndarray],
     weights: Sequence[float],
     aggregator: AggregatorRule,
+    centre: np.ndarray | None = None,
 ) -> np.ndarray:
     """One vector from `vectors` by `aggregator` (float64); `weights` are the
     algorithm's (used by `mean` and `norm_clip` only, and by neither after a
-    pre-aggregator, whose mixed vectors belong to no one client)."""
+    pre-aggregator, whose mixed vectors belong to no one client). `centre`:
+    the cluster's last fold, where a rule `remembers` it (None: the origin)."""
     from ._aggregate import weighted_mean
 
     if not vectors:
         raise ValueError("robust_mean needs at least one vector")
-    if isinstance(aggregator, Mean) and not aggregator.pre:
+    if aggregator.is_mean:
         return weighted_mean(vectors, weights)
     reason = aggregator.breaks(len(vectors))
     if reason is not None:
         # A clustered algorithm's cluster can be smaller than the run the
         # scenario was checked against: said, never silent.
         warnings.warn(f"a cluster of {reason}", AssumptionWarning, stacklevel=2)
-        if isinstance(aggregator, Krum | Bulyan):  # undefined: no step
-            return np.zeros_like(np.asarray(vectors[0], dtype=np.float64))
     stack = _stack(vectors)
     for step in aggregator.pre:
         if step == "nnm":
@@ -335,11 +356,18 @@ def robust_mean(
                 stack, aggregator.bucket_size, defences.vector_seed(stack)
             )
         weights = [1.0] * len(stack)
-    return _fold(stack, weights, aggregator)
+    # Krum and Bulyan are undefined on too few rows: no step. Judged on the
+    # rows they get, so a warning about NNM alone does not stop them.
+    if isinstance(aggregator, Krum | Bulyan) and aggregator._breaks(len(stack), 0):
+        return np.zeros(stack.shape[1:])
+    return _fold(stack, weights, aggregator, centre)
 
 
 def _fold(
-    stack: np.ndarray, weights: Sequence[float], aggregator: AggregatorRule
+    stack: np.ndarray,
+    weights: Sequence[float],
+    aggregator: AggregatorRule,
+    centre: np.ndarray | None,
 ) -> np.ndarray:
     """The rule itself, on float64 rows."""
     from ._aggregate import weighted_mean
@@ -360,7 +388,7 @@ def _fold(
         tau = aggregator.tau
         if tau is None:
             tau = float(np.median(np.linalg.norm(stack, axis=1))) or 1.0
-        return defences.centered_clip(stack, tau, aggregator.iterations)
+        return defences.centered_clip(stack, tau, aggregator.iterations, centre)
     if isinstance(aggregator, Bulyan):
         return defences.bulyan(stack, aggregator.f)
     seed = defences.vector_seed(stack)
@@ -386,6 +414,22 @@ def _fold(
     return defences.signguard(
         stack, aggregator.lower, aggregator.upper, aggregator.share, seed
     )
+
+
+def remember(
+    centres: Mapping[ClusterId, np.ndarray],
+    folds: Mapping[ClusterId, np.ndarray],
+    models: Mapping[ClusterId, np.ndarray],
+    aggregator: AggregatorRule,
+) -> dict[ClusterId, np.ndarray]:
+    """The clusters' centres once `folds` (this aggregation's, per cluster)
+    are done: under a rule that `remembers`, each cluster's latest fold, for
+    the clusters that still have a model in `models`; none otherwise. A
+    cluster id that a split or a merge hands on keeps its centre: it only
+    starts the clipping iterations."""
+    if not aggregator.remembers:
+        return {}
+    return {c: v for c, v in {**centres, **folds}.items() if c in models}
 
 
 def _stack(vectors: Sequence[np.ndarray]) -> np.ndarray:

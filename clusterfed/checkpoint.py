@@ -79,7 +79,8 @@ CHECKPOINT = "checkpoint.pkl"
 # 4: typed snapshots, the run's parts side by side in `federation`.
 # 5: the server's snapshot holds client-level DP's books (`client_dp`).
 # 6: a population's arrays (`population`; None for a run without one).
-FORMAT = 6
+# 7: the strategy state keeps each cluster's centre (`ServerState.centres`).
+FORMAT = 7
 MAGIC = b"clusterfed-checkpoint"
 # Inputs live in [0, 1] and runs train with small learning rates: trained
 # weights stay within a few units. A weight past a million is damage (or a

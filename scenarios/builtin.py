@@ -34,7 +34,9 @@ def byzantine() -> Scenario:
     """quickstart with 4 of its 20 clients (20 %) Byzantine: every round each
     sends its honest delta × −10, kept just under max_update_norm = 5 (honest
     deltas are below 1.5), so every update is accepted. Compare aggregators:
-    --set aggregator=median, trimmed_mean (beta), krum (f, m), norm_clip."""
+    --set aggregator=NAME, any of robust.AGGREGATORS (median, krum, geomed,
+    centered_clip, bulyan…; docs/scenarios.md gives each one's parameters),
+    pre-aggregators in front (nnm+krum, bucketing+median)."""
     return Scenario(
         **{
             **dict(quickstart()),

@@ -69,8 +69,8 @@ def check_capabilities(scenario: Scenario) -> None:
         raise ValueError(
             f"dp: {scenario.algorithm!r} has no local-DP training; use dp = off"
         )
-    rule = scenario.aggregator.kind
-    if rule == "mean":
+    rule = scenario.aggregator.name
+    if scenario.aggregator.is_mean:
         return
     if scenario.mode == "sync" and not cls.honours_aggregator:
         have = ", ".join(n for n, c in algorithms().items() if c.honours_aggregator)
@@ -101,10 +101,10 @@ def _check_client_dp(scenario: Scenario, cls: type[Strategy[Any]]) -> None:
             "dp.mechanism: client-level DP noises a synchronous round's sums;"
             ' use mode = "sync"'
         )
-    if scenario.aggregator.kind != "mean":
+    if not scenario.aggregator.is_mean:
         raise ValueError(
             "dp.mechanism: client-level DP noises the mean of the clipped"
-            f' updates; aggregator = "{scenario.aggregator.kind}" is not one'
+            f' updates; aggregator = "{scenario.aggregator.name}" is not one'
         )
     if isinstance(scenario.deadline, Fraction):
         raise ValueError(

@@ -4,15 +4,19 @@ Each rule of `algorithms/robust.py` says what it assumes of the `n` updates
 it folds and how many of them are Byzantine (`Rule.breaks`). Here the
 scenario supplies both, before anything runs:
 
-- `n`: in synchronous mode the clients the run starts with (a round of the
-  whole federation folds at most that many; a clustered algorithm's smaller
-  clusters are checked again at each aggregation, with a warning); in
-  asynchronous mode a buffer's `buffer_size`, the updates each step folds;
+- `n`: in synchronous mode the updates a round folds: the clients the run
+  starts with (a population's K a round), as many as the strategy samples
+  of them (`fraction`, `sample_size`), and of those ⌈share·n⌉ under a
+  `fraction` deadline (a clustered algorithm's smaller clusters, and a
+  round that availability or faults thin, are checked again at each
+  aggregation, with a warning); in asynchronous mode a buffer's
+  `buffer_size`, the updates each step folds;
 - `byzantine`: the clients that send accepted lies (`POISONING` in
-  `actors/faults.py`: sign flips and the colluding attacks); in a buffer,
-  their share of the clients times `buffer_size`, rounded up (a buffer
-  samples arrivals; a run whose buffers are all Byzantine is no study of a
-  rule).
+  `actors/faults.py`: sign flips and the colluding attacks), at most `n`:
+  a sampled round may draw every one of them (the check is for the worst
+  round, not the expected one); in a buffer, their share of the clients
+  times `buffer_size`, rounded up (a buffer samples arrivals; a run whose
+  buffers are all Byzantine is no study of a rule).
 
 The refusal names the rule, the numbers and the fix.
 """
@@ -23,9 +27,11 @@ import math
 from typing import TYPE_CHECKING
 
 from clusterfed.actors.attacks import z_max
+from clusterfed.actors.clock import Fraction
 from clusterfed.actors.faults import POISONING, SIMULATED
 from clusterfed.algorithms import make
 from clusterfed.algorithms._buffers import Buffered
+from clusterfed.algorithms.fedavg import sample_size
 from clusterfed.algorithms.registry import resolve
 
 if TYPE_CHECKING:
@@ -47,14 +53,14 @@ def check_aggregator(scenario: Scenario) -> None:
         ValueError: the reason, starting with `aggregator:`.
     """
     rule = scenario.aggregator
-    if rule.kind == "mean":
+    if rule.is_mean:
         return
     cls = resolve(scenario.algorithm)
     if scenario.mode == "async":
         if not cls.honours_aggregator_async:
             raise ValueError(
                 f'aggregator: {scenario.algorithm!r} in mode = "async" folds'
-                f' each update alone and would ignore aggregator = "{rule.kind}";'
+                f' each update alone and would ignore aggregator = "{rule.name}";'
                 " use a buffered strategy (fedbuff, ifca, dcfl) or"
                 ' aggregator = "mean"'
             )
@@ -65,12 +71,32 @@ def check_aggregator(scenario: Scenario) -> None:
         byzantine = min(math.ceil(share * n - 1e-9), n)
         where = f"a buffer of buffer_size = {n} updates"
     else:
-        n = scenario.clients
+        n, where = _round_size(scenario)
         byzantine = min(byzantine_clients(scenario), n)
-        where = f"the run's {n} clients"
     reason = rule.breaks(n, byzantine)
     if reason is not None:
         raise ValueError(f"aggregator: {reason} ({where})")
+
+
+def _round_size(scenario: Scenario) -> tuple[int, str]:
+    """The most updates a synchronous round folds, and the words for it: the
+    strategy's sample (`sample_size`) of the clients a round may reach,
+    cut to ⌈share·sample⌉ by a fraction deadline."""
+    strategy = make(scenario.algorithm, **scenario.params_of(scenario.algorithm))
+    pool, whose = scenario.clients, "the run's"
+    if scenario.population is not None:
+        pool, whose = scenario.population.k, "a population round's"
+    n = sample_size(strategy.fraction, pool)
+    cuts = [f"fraction = {strategy.fraction}"] if n < pool else []
+    if isinstance(scenario.deadline, Fraction):
+        n = math.ceil(scenario.deadline.fraction * n)
+        cuts.append(f"deadline.fraction = {scenario.deadline.fraction}")
+    if not cuts:
+        return n, f"{whose} {n} clients"
+    return n, (
+        f"a round of {n} of {whose} {pool} clients, {' and '.join(cuts)};"
+        " every Byzantine client may be in one round"
+    )
 
 
 def check_attacks(scenario: Scenario) -> None:

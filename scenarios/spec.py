@@ -17,7 +17,13 @@ from clusterfed.actors.availability import AlwaysOnline, Availability
 from clusterfed.actors.clock import DeadlinePolicy, WaitAll
 from clusterfed.actors.compute import ComputeSpec
 from clusterfed.actors.faults import FaultPlan
-from clusterfed.algorithms.robust import Aggregator, Mean, parse_aggregator
+from clusterfed.algorithms.robust import (
+    AGGREGATORS,
+    PRE_AGGREGATORS,
+    Aggregator,
+    Mean,
+    parse_aggregator,
+)
 from clusterfed.protocol import TrainConfig
 
 from ._base import _Spec
@@ -155,7 +161,8 @@ class Scenario(_Spec):
     aggregator: Aggregator = Field(
         default_factory=Mean,
         description="how each cluster folds its members' updates: mean (the"
-        " algorithm's own), median, trimmed_mean, krum or norm_clip",
+        f" algorithm's own) or {', '.join(AGGREGATORS[1:])}; pre-aggregators"
+        f" ({', '.join(PRE_AGGREGATORS)}) go in front, joined by + (nnm+krum)",
     )
     dp: DPSpec | None = Field(
         None, description='local differential privacy; None (or "off"): off'

@@ -40,7 +40,7 @@ def test_a_full_buffer_moves_its_cluster_by_the_median_of_its_discounted_deltas(
     for i, (delta, tau) in enumerate(
         [([1.0, 1.0], 0), ([10.0, -10.0], 1), ([3.0, 0.0], 0)]
     ):
-        models, buffers, moved = rule.fold(
+        models, buffers, moved, _ = rule.fold(
             models, buffers, _update(i, delta), tau, aggregator=Median()
         )
         assert moved == (i == 2)

@@ -273,7 +273,7 @@ def test_a_buffer_folds_nothing_for_a_cluster_without_a_model_or_a_delta() -> No
         _ok(0, 3, zero, [1, 1]),
         dataclasses.replace(_ok(0, 0, zero, [1, 1]), delta=None),
     ):
-        new_models, new_buffers, moved = rule.fold(models, buffers, update, 0)
+        new_models, new_buffers, moved, _ = rule.fold(models, buffers, update, 0)
         assert not moved
         assert new_models == models and new_models is not models
         assert new_buffers == buffers and new_buffers is not buffers

@@ -207,8 +207,10 @@ def test_the_aggregator_is_set_by_name_and_its_parameters() -> None:
 
 
 def test_a_plain_state_keeps_no_aggregator() -> None:
-    # The rule is the strategy's, set once; the state stays models + assignment.
-    assert set(ServerState.__dataclass_fields__) == {"models", "assignment"}
+    # The rule is the strategy's, set once; the state keeps models and
+    # assignment, and what a rule remembers of a cluster's last fold.
+    assert set(ServerState.__dataclass_fields__) == {"models", "assignment", "centres"}
+    assert not ServerState(models={}, assignment={}).centres
 
 
 # -- the fault kinds through the real runtime and codec -----------------------------

@@ -195,6 +195,18 @@ def test_a_strategy_that_does_not_honour_a_robust_aggregator_is_refused(
     assert _overridden("capabilities-own-step").aggregator.kind == "mean"
 
 
+def test_a_mixing_step_before_the_mean_is_refused_where_nothing_applies_it() -> None:
+    # `nnm+mean` mixes the updates first: not the mean every strategy owns.
+    assert _refusal("fedem", "aggregator=nnm+mean") == (
+        "aggregator: 'fedem' does not honour aggregator ="
+        f' "nnm+mean" ({HONOURING} honour one); use aggregator = "mean"'
+    )
+    assert 'would ignore aggregator = "bucketing+mean"' in _refusal(
+        "fedasync", "mode=async", "aggregator=bucketing+mean"
+    )
+    assert _overridden("fedavg", "aggregator=nnm+mean").aggregator.pre == ("nnm",)
+
+
 def test_a_strategy_that_honours_the_aggregator_gets_it(own: None) -> None:
     scenario = _overridden("capabilities-honours", "aggregator=krum")
     assert scenario.aggregator.kind == "krum"

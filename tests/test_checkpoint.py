@@ -490,10 +490,17 @@ def with_models(**models: np.ndarray) -> ServerState:
     return state.replace(models=replaced)
 
 
+def with_centre(centre: np.ndarray) -> ServerState:
+    """The fitting snapshot's state with cluster 0's centre."""
+    return fitting_snapshot()["state"].replace(centres={ClusterId(0): centre})
+
+
 @pytest.mark.parametrize("n_classes", [1, 10, None])
 def test_a_snapshot_at_the_edges_of_what_fits_is_taken(n_classes: int | None) -> None:
     snapshot = fitting_snapshot(n_classes=n_classes)
     assert check_snapshot(snapshot, ServerState, N_WEIGHTS) is None
+    centred = {"state": with_centre(np.ones(N_WEIGHTS))}
+    assert check_snapshot(snapshot | centred, ServerState, N_WEIGHTS) is None
     # another strategy's state that extends this run's type is one of it
     wider = WiderState(models=snapshot["state"].models, assignment={})
     assert check_snapshot(snapshot | {"state": wider}, ServerState, N_WEIGHTS) is None
@@ -628,6 +635,18 @@ DAMAGED: dict[str, tuple[dict[str, Any], str]] = {
     "a leave mid-round": (
         {"roster": roster(leaving=[ClientId(1)])},
         "the roster holds leaves of a round that did not end",
+    ),
+    "a float32 centre": (
+        {"state": with_centre(np.zeros(N_WEIGHTS, np.float32))},
+        "cluster 0's centre is not a finite float64 vector",
+    ),
+    "a centre of another length": (
+        {"state": with_centre(np.zeros(N_WEIGHTS + 1))},
+        f"cluster 0's centre is not a vector of {N_WEIGHTS} weights",
+    ),
+    "a NaN centre": (
+        {"state": with_centre(np.full(N_WEIGHTS, np.nan))},
+        "cluster 0's centre is not a finite float64 vector",
     ),
     "no class": ({"n_classes": 0}, "n_classes is 0"),
     "a float class count": ({"n_classes": 2.0}, "n_classes is 2.0"),

@@ -14,7 +14,11 @@ import pytest
 from numpy.testing import assert_allclose
 
 import clusterfed
-from clusterfed.algorithms import defences
+from clusterfed.algorithms import ClientInfo, ClientUpdate, defences, make
+from clusterfed.algorithms._aggregate import average_per_cluster
+from clusterfed.algorithms._buffers import BufferRule
+from clusterfed.algorithms.base import streams
+from clusterfed.algorithms.fedavg import sample_clients, sample_size
 from clusterfed.algorithms.robust import (
     AGGREGATOR_ADAPTER,
     AGGREGATORS,
@@ -23,15 +27,20 @@ from clusterfed.algorithms.robust import (
     CenteredClipping,
     DnC,
     GeometricMedian,
+    Krum,
     Median,
+    NormClip,
     SignGuard,
     TrimmedMean,
+    clip_norms,
+    krum,
     parse_aggregator,
     robust_mean,
 )
 from clusterfed.errors import ScenarioError
 from clusterfed.scenarios import load_scenario
 from clusterfed.scenarios.loader import with_overrides
+from clusterfed.types import ClientId, ClusterId
 
 STACK = np.random.default_rng(7).normal(size=(11, 6))
 ONES = [1.0] * len(STACK)
@@ -63,6 +72,24 @@ def test_centered_clipping_equals_byzfls(tau: float, iterations: int) -> None:
         list(STACK), ONES, CenteredClipping(tau=tau, iterations=iterations)
     )
     assert_allclose(got, byzfl.CenteredClipping(L=iterations, tau=tau)(STACK))
+
+
+@pytest.mark.parametrize("f", [0, 1, 3])
+def test_krum_picks_byzfls_row(f: int) -> None:
+    # ByzFL scores by the n − f − 1 nearest others, Blanchard et al. (ours)
+    # by n − f − 2: our f is ByzFL's f + 1.
+    chosen = byzfl.Krum(f=f + 1)(STACK)
+    assert_allclose(STACK[krum(STACK, f)[0]], chosen)
+    assert_allclose(robust_mean(list(STACK), ONES, Krum(f=f)), chosen)
+
+
+def test_norm_clip_with_a_fixed_bound_is_the_mean_of_byzfls_clipping() -> None:
+    clipped = byzfl.Clipping(c=1.5)(STACK.copy())  # it clips in place
+    assert_allclose(clip_norms(list(STACK), 1.5), clipped)
+    assert_allclose(
+        robust_mean(list(STACK), ONES, NormClip(max_norm=1.5)), clipped.mean(axis=0)
+    )
+    assert (np.linalg.norm(STACK, axis=1) > 1.5).any()  # some row is clipped
 
 
 @pytest.mark.parametrize("f", [1, 3])
@@ -208,6 +235,47 @@ def test_pre_aggregators_compose_in_front_of_any_rule() -> None:
         assert _rule(f"bucketing+nnm+{name}").pre == ("bucketing", "nnm")
 
 
+def test_a_pre_aggregator_in_front_of_the_mean_is_applied_not_dropped() -> None:
+    # One planted outlier: NNM's mixed mean is not the plain mean.
+    stack = STACK.copy()
+    stack[0] *= 50
+    rule = _rule("nnm+mean")
+    assert _rule("mean").is_mean and not rule.is_mean
+    mixed = defences.nnm(stack, 1).mean(axis=0)
+    assert not np.allclose(mixed, stack.mean(axis=0))
+    zero = np.zeros(stack.shape[1], np.float32)
+    updates = [
+        ClientUpdate(ClientId(i), ClusterId(0), "ok", base=zero, delta=row, n_samples=1)
+        for i, row in enumerate(stack.astype(np.float32))
+    ]
+    models = average_per_cluster({ClusterId(0): zero}, updates, aggregator=rule)
+    assert_allclose(models[ClusterId(0)], mixed, rtol=1e-5)
+    buffering = BufferRule.checked(
+        buffer_size=len(stack), staleness="constant", a=0.5, b=4, server_lr=1.0
+    )
+    folded: dict = {ClusterId(0): zero}
+    buffers: dict = {}
+    for update in updates:
+        folded, buffers, _ = buffering.fold(folded, buffers, update, 0, aggregator=rule)
+    assert_allclose(folded[ClusterId(0)], mixed, rtol=1e-5)
+    fedavg = make("fedavg")  # a round of sums would be the plain mean
+    fedavg.aggregator = rule
+    assert not streams(fedavg)
+
+
+def test_krum_after_nnm_folds_when_only_nnms_assumption_fails() -> None:
+    # 8 updates: NNM with nnm_f = 4 assumes n > 8 (warned), but Krum with
+    # f = 1 is defined on the 8 mixed rows it gets: a step, not none.
+    rule = Krum(pre=("nnm",), nnm_f=4)
+    with pytest.warns(AssumptionWarning, match="nnm with nnm_f = 4"):
+        got = robust_mean(list(STACK[:8]), ONES[:8], rule)
+    mixed = defences.nnm(STACK[:8], 3)  # as many as 8 rows allow
+    assert_allclose(got, mixed[krum(mixed, 1)[0]])
+    assert np.abs(got).sum() > 0
+    with pytest.warns(AssumptionWarning, match="krum with f = 3"):  # n ≤ 2f + 2
+        assert not robust_mean(list(STACK[:8]), ONES[:8], Krum(f=3)).any()
+
+
 def test_each_rule_states_its_assumption() -> None:
     assert _rule("geomed").breaks(10, 5) is not None
     assert _rule("geomed").breaks(10, 4) is None
@@ -226,6 +294,39 @@ def test_a_scenario_that_breaks_a_rule_is_refused_with_the_reason() -> None:
     assert with_overrides(base, ["aggregator=geomed"]).aggregator.kind == "geomed"
     nnm = with_overrides(base, ["aggregator=nnm+median", "aggregator.nnm_f=4"])
     assert nnm.aggregator.pre == ("nnm",)
+
+
+def test_a_rule_is_checked_at_the_round_that_sampling_leaves() -> None:
+    # 5 of 20 clients a round, and all 4 Byzantine ones may be among them:
+    # Krum would refuse every round and never move the model.
+    base = load_scenario("byzantine")
+    sampled = ["algorithm_params.fedavg.fraction=0.25", "aggregator=krum"]
+    with pytest.raises(ScenarioError) as refused:
+        with_overrides(base, [*sampled, "aggregator.f=4"])
+    assert str(refused.value).endswith(
+        "aggregator: krum with f = 4 assumes n > 2f + 2 (Blanchard et al.): it"
+        " needs at least 11 updates, not 5 (a round of 5 of the run's 20"
+        " clients, fraction = 0.25; every Byzantine client may be in one round)"
+    )
+    assert with_overrides(base, ["aggregator=krum", "aggregator.f=4"])  # 20
+    fedavg = "algorithm_params.fedavg.fraction"
+    median = with_overrides(base, [f"{fedavg}=0.75", "aggregator=median"])
+    assert median.aggregator.kind == "median"  # 4 of 15
+    with pytest.raises(ScenarioError, match=r"4 of 5 are \(a round of 5 .*0\.25;"):
+        with_overrides(base, [f"{fedavg}=0.25", "aggregator=median"])
+    # A round closed at half the replies folds 10.
+    half = ["deadline.policy=fraction", "deadline.fraction=0.5"]
+    trimmed = ["aggregator=trimmed_mean", "aggregator.beta=0.2"]
+    with pytest.raises(ScenarioError, match=r"⌊0\.2·10⌋ = 2 .*deadline\.fraction"):
+        with_overrides(base, [*half, *trimmed])
+
+
+def test_the_checked_round_is_the_size_strategies_sample() -> None:
+    clients = [ClientInfo(ClientId(i), n_train=1) for i in range(21)]
+    for n in (1, 2, 5, 20, 21):
+        for fraction in (0.01, 0.1, 0.25, 0.5, 0.99, 1.0):
+            picked = sample_clients(clients[:n], fraction, np.random.default_rng(0))
+            assert sample_size(fraction, n) == len(picked), (n, fraction)
 
 
 @pytest.mark.parametrize(

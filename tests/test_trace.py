@@ -68,9 +68,12 @@ def test_a_changed_aggregation_is_reported_at_the_first_differing_message(
 
     real = DCFL._cluster_means
 
-    def nudged(self, members, labels):  # type: ignore[no-untyped-def]
-        means = real(self, members, labels)
-        return {k: (v + np.float32(1e-3)).astype(np.float32) for k, v in means.items()}
+    def nudged(self, *args):  # type: ignore[no-untyped-def]
+        means, folds = real(self, *args)
+        nudged = {
+            k: (v + np.float32(1e-3)).astype(np.float32) for k, v in means.items()
+        }
+        return nudged, folds
 
     monkeypatch.setattr(DCFL, "_cluster_means", nudged)
     report = replay(recorded)
