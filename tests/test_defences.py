@@ -256,7 +256,9 @@ def test_a_pre_aggregator_in_front_of_the_mean_is_applied_not_dropped() -> None:
     folded: dict = {ClusterId(0): zero}
     buffers: dict = {}
     for update in updates:
-        folded, buffers, *_ = buffering.fold(folded, buffers, update, 0, aggregator=rule)
+        folded, buffers, *_ = buffering.fold(
+            folded, buffers, update, 0, aggregator=rule
+        )
     assert_allclose(folded[ClusterId(0)], mixed, rtol=1e-5)
     fedavg = make("fedavg")  # a round of sums would be the plain mean
     fedavg.aggregator = rule
