@@ -222,3 +222,20 @@ def traced_run(folder: Path, scenario: Scenario, mode: str = "full") -> list[dic
         trace=mode,  # type: ignore[arg-type]
     )
     return asyncio.run(drive(federation)).rows
+
+
+class RecordingRuntime:
+    """Enough of a runtime for a ScenarioEngine to add clients: it keeps the
+    specs it was asked to add, and does nothing else."""
+
+    def __init__(self) -> None:
+        self.added: list[Any] = []
+
+    async def add_clients(self, specs: Any) -> None:
+        self.added += specs
+
+    async def remove_client(self, client: int, reason: str) -> None: ...
+
+    async def update_client(self, spec: Any) -> None: ...
+
+    def set_unreachable(self, clients: Any) -> None: ...

@@ -16,6 +16,7 @@ from clusterfed.actors.privacy import epsilon_of, poisson_steps, quiet_opacus
 from clusterfed.data.datasets import available
 from clusterfed.errors import ScenarioError
 from clusterfed.scenarios import BUILTIN, ScenarioEngine, plan_run, with_overrides
+from helpers import RecordingRuntime
 
 FMNIST = pytest.mark.skipif(
     not available("fashion_mnist"), reason="needs Fashion-MNIST"
@@ -109,22 +110,6 @@ def test_dcfl_fmnist_joiners_raise_the_rate_dp_fedavg_accounts() -> None:
     assert 10 - 0.01 <= spent <= 10
 
 
-class _Runtime:
-    """Enough of a runtime for the engine to add clients."""
-
-    def __init__(self) -> None:
-        self.added: list[Any] = []
-
-    async def add_clients(self, specs: Any) -> None:
-        self.added += specs
-
-    async def remove_client(self, client: int, reason: str) -> None: ...
-
-    async def update_client(self, spec: Any) -> None: ...
-
-    def set_unreachable(self, clients: Any) -> None: ...
-
-
 @FMNIST
 def test_dcfl_fmnist_late_joiners_plan_local_dp_over_the_rounds_left() -> None:
     # Local DP (the scenario's own `dp`) on dcfl-fmnist's schedule: each
@@ -132,7 +117,7 @@ def test_dcfl_fmnist_late_joiners_plan_local_dp_over_the_rounds_left() -> None:
     # 60th, which then spend ε = 10 to Opacus' tolerance, not 60 rounds'.
     plan = plan_run(BUILTIN["dcfl-fmnist"]())
     engine = ScenarioEngine(plan)
-    runtime = _Runtime()
+    runtime = RecordingRuntime()
     joined: dict[int, int] = {}
     for r in range(60):
         before = len(runtime.added)

@@ -40,7 +40,7 @@ from clusterfed.scenarios import (
     with_overrides,
 )
 from clusterfed.scenarios.spec import DPSpec
-from helpers import opacus_hooks_round, read_rounds, small_scenario
+from helpers import RecordingRuntime, opacus_hooks_round, read_rounds, small_scenario
 
 DP = DPSpec(epsilon=10)
 # Opacus' get_noise_multiplier stops within this much of the target ε.
@@ -184,26 +184,10 @@ def test_sigma_and_epsilon_are_opacus_own_at_its_default_orders() -> None:
     assert epsilon_of("rdp", two, 1e-5) == _opacus_epsilon(list(two), 1e-5)
 
 
-class _Runtime:
-    """Enough of a runtime for the engine to add clients."""
-
-    def __init__(self) -> None:
-        self.added: list[Any] = []
-
-    async def add_clients(self, specs: Any) -> None:
-        self.added += specs
-
-    async def remove_client(self, client: int, reason: str) -> None: ...
-
-    async def update_client(self, spec: Any) -> None: ...
-
-    def set_unreachable(self, clients: Any) -> None: ...
-
-
 def test_a_client_that_joins_late_plans_over_the_rounds_left() -> None:
     plan = plan_run(small_scenario(rounds=5, dp=DP, events=[Join(start=3)]))
     engine = ScenarioEngine(plan)
-    runtime = _Runtime()
+    runtime = RecordingRuntime()
     for r in range(4):
         asyncio.run(engine.begin_round(runtime, r, 0.0))
     (joiner,) = runtime.added
