@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import benchmark  # noqa: E402
 from benchmark import page  # noqa: E402
+from benchmark.figures import ring_sizes  # noqa: E402
 from reproduce.runner import HOLD_OUT, make_outcome  # noqa: E402
 
 
@@ -187,3 +188,11 @@ def test_the_drift_setting_counts_rounds_to_purity_from_the_drift() -> None:
     column = titles.index("rounds after the drift to purity 0.9")
     assert a.strip("|").split("|")[column].strip() == "n/a"
     assert b.strip("|").split("|")[column].strip() == "2.5 ± 6.4"
+
+
+def test_summary_rings_keep_agreeing_algorithms_visible() -> None:
+    sizes = ring_sizes([(1.0, 0.86), (0.99, 0.861), (0.5, 0.82), (1.0, 0.855)])
+    # Three algorithms at ARI 1 get three distinct, growing rings; the one
+    # apart keeps the smallest marker.
+    assert sizes[0] < sizes[1] < sizes[3]
+    assert sizes[2] == sizes[0]

@@ -51,10 +51,26 @@ def accuracy_per_round(outcome: Outcome, path: Path) -> Path:
     return path
 
 
+def ring_sizes(
+    points: Sequence[tuple[float, float]], near: float = 0.02
+) -> list[float]:
+    """A marker area for each point so that points drawn at (nearly) one place
+    stay visible: hollow markers of growing size, one ring around the other.
+    `near` is in the axes' units (ARI and accuracy both span 0 to 1)."""
+    sizes: list[float] = []
+    for i, (x, y) in enumerate(points):
+        earlier = sum(
+            abs(x - px) <= near and abs(y - py) <= near for px, py in points[:i]
+        )
+        sizes.append((6.0 + 3.5 * earlier) ** 2)  # the diameter grows by a ring
+    return sizes
+
+
 def accuracy_against_ari(outcomes: Sequence[Outcome], path: Path) -> Path:
     """Final mean client accuracy against final ARI (the seeds' means): a
     panel per setting, one point per algorithm, told apart by colour and
-    marker (names beside the points overlap where algorithms agree)."""
+    marker. Points are hollow and grow where algorithms agree, so that each
+    one stays visible as a ring around the others."""
     names = list(dict.fromkeys(n for o in outcomes for n in o.seed_summaries))
     colours = plt.get_cmap("tab10")
     markers = "osD^v<>"
@@ -66,6 +82,7 @@ def accuracy_against_ari(outcomes: Sequence[Outcome], path: Path) -> Path:
         squeeze=False,
     )
     for ax, outcome in zip(axes[0], outcomes, strict=False):
+        placed: list[tuple[str, float, float]] = []
         for name, by_seed in outcome.seed_summaries.items():
             aris = [
                 s["ari_final"]
@@ -77,17 +94,22 @@ def accuracy_against_ari(outcomes: Sequence[Outcome], path: Path) -> Path:
                 for s in by_seed.values()
                 if s.get("final_mean_acc") is not None
             ]
-            if not aris or not accs:
-                continue
+            if aris and accs:
+                placed.append((name, float(np.mean(aris)), float(np.mean(accs))))
+        sizes = ring_sizes([(x, y) for _, x, y in placed])
+        for (name, x, y), size in zip(placed, sizes, strict=True):
             n = names.index(name)
             ax.scatter(
-                float(np.mean(aris)),
-                float(np.mean(accs)),
+                x,
+                y,
+                s=size,
                 marker=markers[n // 10 % len(markers)],
-                color=colours(n % 10),
-                alpha=0.85,
+                facecolors="none",
+                edgecolors=colours(n % 10),
+                linewidths=1.2,
+                clip_on=False,
             )
-        ax.set(xlabel="final ARI", xlim=(-0.05, 1.05), title=outcome.experiment.key)
+        ax.set(xlabel="final ARI", xlim=(-0.08, 1.08), title=outcome.experiment.key)
     axes[0][0].set_ylabel("final mean client accuracy")
     handles = [
         plt.Line2D(
@@ -95,7 +117,9 @@ def accuracy_against_ari(outcomes: Sequence[Outcome], path: Path) -> Path:
             [],
             linestyle="",
             marker=markers[n // 10 % len(markers)],
-            color=colours(n % 10),
+            markerfacecolor="none",
+            markeredgecolor=colours(n % 10),
+            markeredgewidth=1.2,
             label=name,
         )
         for n, name in enumerate(names)
