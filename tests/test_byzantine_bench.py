@@ -62,15 +62,16 @@ def test_the_attacker_split_is_the_ari_of_the_final_clusters() -> None:
 
 def test_the_page_names_what_is_not_recorded(tmp_path: Path) -> None:
     page = tmp_path / "BYZANTINE.md"
-    write_page([], "python bench/byzantine.py --no-run", page, quick=False)
+    write_page([], "python bench/byzantine.py --no-run", page, False, tmp_path / "kept")
     text = page.read_text()
+    assert f"from the records in `{tmp_path / 'kept'}`" in text
     assert "*(0.17)*" in text  # FLANDERS' FedAvg under ALIE, beside our cell
     assert "Not recorded yet (147)" in text  # 132 cells, 15 clustered rows
 
 
 def test_the_page_says_flanders_lie_is_another_shift(tmp_path: Path) -> None:
     page = tmp_path / "BYZANTINE.md"
-    write_page([], "python bench/byzantine.py --no-run", page, quick=False)
+    write_page([], "python bench/byzantine.py --no-run", page, False, tmp_path)
     text = page.read_text()
     # FLANDERS' z: Φ(49/80) = Φ(0.6125) ≈ 0.7299; Baruch et al.'s for n = 100,
     # f = 20: Φ⁻¹(69/100) ≈ 0.4959 (tables of the standard normal).

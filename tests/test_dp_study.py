@@ -99,7 +99,7 @@ def test_the_page_states_the_scenarios_own_setting(
     )
     monkeypatch.setitem(BUILTIN, "dcfl-fmnist", lambda: shorter)
     written = tmp_path / "DP-STUDY.md"
-    page.write_page([], "python bench/dp_study.py --no-run", written)
+    page.write_page([], "python bench/dp_study.py --no-run", written, tmp_path)
     text = written.read_text()
     assert "ε = 4, δ = 1e-06, 30 rounds" in text and "60 rounds" not in text
 
@@ -208,7 +208,7 @@ def test_dp_fedavg_cells_are_chosen_by_fedavgs_accuracy() -> None:
 def test_the_page_names_the_two_and_their_command(tmp_path: Path) -> None:
     written = tmp_path / "DP-STUDY.md"
     study = _sample_study({"sample-b16-c10-round": [0.8], "sample-b64-c1-run": [0.7]})
-    page.write_page(study, "python bench/dp_study.py --no-run", written)
+    page.write_page(study, "python bench/dp_study.py --no-run", written, tmp_path)
     text = written.read_text()
     assert "`sample-b16-c10-round` (0.800), `sample-b64-c1-run` (0.700)" in text
     assert "--only sample-b16-c10-round sample-b64-c1-run --seeds 3 --resume" in text

@@ -22,6 +22,7 @@ from reproduce.records import load, planned_rounds, recorded, save  # noqa: E402
 from reproduce.runner import (  # noqa: E402
     HOLD_OUT,
     TEST_SETS,
+    Experiment,
     Outcome,
     make_outcome,
     measured_on,
@@ -38,20 +39,24 @@ def rows(val_acc: bool) -> list[dict[str, Any]]:
 
 
 def outcome(
-    dataset: str, seeds: list[int], tested: bool, rounds: int | None = None
+    dataset: str,
+    seeds: list[int],
+    tested: bool,
+    rounds: int | None = None,
+    experiment: Experiment = EXPERIMENT,
 ) -> Outcome:
-    """Runs of EXPERIMENT of `rounds` rounds (default: its scenario's)."""
-    rounds = rounds or planned_rounds(EXPERIMENT, dataset, False)
+    """Runs of `experiment` of `rounds` rounds (default: its scenario's)."""
+    rounds = rounds or planned_rounds(experiment, dataset, False)
     summaries = {
         a: {
             s: {"final_mean_acc": 0.5 + s / 10, "wall_s": 1.0, "rounds": rounds}
             for s in seeds
         }
-        for a in EXPERIMENT.algorithms
+        for a in experiment.algorithms
     }
-    seed_rows = {a: {s: rows(tested) for s in seeds} for a in EXPERIMENT.algorithms}
+    seed_rows = {a: {s: rows(tested) for s in seeds} for a in experiment.algorithms}
     return make_outcome(
-        EXPERIMENT,
+        experiment,
         dataset,
         1.0,
         summaries,
@@ -86,6 +91,20 @@ def test_a_record_keeps_what_its_accuracy_was_measured_on(tmp_path: Path) -> Non
     save(outcome("fashion_mnist", [2], tested=True), tmp_path)
     (new,) = load(tmp_path, [EXPERIMENT], ["fashion_mnist"], quick=False)
     assert new.seeds == (2,) and new.accuracy == TEST_SETS
+
+
+def test_records_load_in_the_order_the_experiments_are_listed(
+    tmp_path: Path,
+) -> None:
+    # The files sort as ocfl-iid, ocfl-noniid, ocfl-noniid2; a page lists
+    # them in its own order (the DP study's batch 16, 64, 256 sorted by file
+    # name read 16, 256, 64).
+    listed = [e for e in ocfl.EXPERIMENTS if e.key != "ocfl-merge"][::-1]
+    assert [e.key for e in listed] != sorted(e.key for e in listed)
+    for experiment in listed:
+        save(outcome("digits", [0], False, experiment=experiment), tmp_path)
+    back = load(tmp_path, listed, ["digits"], quick=False)
+    assert [o.experiment.key for o in back] == [e.key for e in listed]
 
 
 def test_a_record_of_other_rounds_than_its_scenario_has_is_run_again(

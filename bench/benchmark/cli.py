@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from reproduce.runner import ROOT
-from reproduce.sitting import sit, sitting_parser
+from reproduce.sitting import outcomes_folder, sit, sitting_parser
 
 from . import experiments, missing
 from .page import write_page
@@ -35,6 +35,6 @@ def main() -> None:
     figure_folder = out / "figures" if args.quick else ROOT / "docs" / "figures"
     page.parent.mkdir(parents=True, exist_ok=True)
     command = shlex.join(["python", "bench/benchmark.py", *sys.argv[1:]])
-    records = Path(args.records)
+    records = outcomes_folder(parser, args)
     write_page(outcomes, command, page, missing(), figure_folder, args.quick, records)
     print(f"wrote {page}")

@@ -10,7 +10,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from reproduce.runner import ROOT, TEST_SETS, Outcome, plants_groups
+from reproduce.runner import TEST_SETS, Outcome, plants_groups
+from reproduce.sitting import shown
 
 from clusterfed.scenarios import load_scenario
 from clusterfed.scenarios.benchmark import SETTINGS
@@ -221,7 +222,7 @@ def write_page(
         " images, `val_acc`, serves the algorithms' own decisions), averaged over"
         " the clients; `avg acc` averages that over the rounds.",
         "",
-        f"Written by `{command}` from the records in `{_shown(records)}`"
+        f"Written by `{command}` from the records in `{shown(records)}`"
         + (" (--quick: a smoke test, not a result)." if quick else "."),
         "",
     ]
@@ -290,9 +291,3 @@ def write_page(
             "",
         ]
     path.write_text("\n".join(lines))
-
-
-def _shown(folder: Path) -> str:
-    """`folder` relative to the repository when it is inside it."""
-    folder = folder.resolve()
-    return str(folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder)

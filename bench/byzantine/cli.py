@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from reproduce.runner import ROOT, Outcome
-from reproduce.sitting import sit, sitting_parser
+from reproduce.sitting import outcomes_folder, sit, sitting_parser
 from sklearn.metrics import adjusted_rand_score
 
 from . import experiments
@@ -63,5 +63,5 @@ def main() -> None:
     page = out / "BYZANTINE.md" if args.quick else ROOT / "docs" / "BYZANTINE.md"
     page.parent.mkdir(parents=True, exist_ok=True)
     command = shlex.join(["python", "bench/byzantine.py", *sys.argv[1:]])
-    write_page(outcomes, command, page, args.quick)
+    write_page(outcomes, command, page, args.quick, outcomes_folder(parser, args))
     print(f"wrote {page}")

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from reproduce.runner import Outcome, summary_value
+from reproduce.sitting import shown
 from scipy.stats import norm
 
 from clusterfed.actors.attacks import z_max
@@ -62,13 +63,17 @@ def _flanders_lie() -> str:
 
 
 def write_page(
-    outcomes: Sequence[Outcome], command: str, page: Path, quick: bool
+    outcomes: Sequence[Outcome],
+    command: str,
+    page: Path,
+    quick: bool,
+    records: Path,
 ) -> None:
     by_key = {o.experiment.key: o for o in outcomes}
     lines = [
         "# Byzantine robustness: attacks × defences",
         "",
-        f"Written by `{command}` from the records in docs/records/byzantine"
+        f"Written by `{command}` from the records in `{shown(records)}`"
         " (each cell's seeds, run over sittings).",
         "",
         "The layout is FLANDERS' (Flower's baselines/flanders): Fashion-MNIST,"

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from reproduce.runner import ROOT
-from reproduce.sitting import sit, sitting_parser
+from reproduce.sitting import outcomes_folder, sit, sitting_parser
 
 from . import experiments
 from .page import write_page
@@ -32,5 +32,5 @@ def main() -> None:
     page = out / "DP-STUDY.md" if args.quick else ROOT / "docs" / "DP-STUDY.md"
     page.parent.mkdir(parents=True, exist_ok=True)
     command = shlex.join(["python", "bench/dp_study.py", *sys.argv[1:]])
-    write_page(outcomes, command, page)
+    write_page(outcomes, command, page, outcomes_folder(parser, args))
     print(f"wrote {page}")

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from reproduce.runner import Outcome, summary_value
+from reproduce.sitting import shown
 
 from clusterfed.scenarios import BUILTIN
 from clusterfed.seeds import interval
@@ -73,7 +74,9 @@ def _distance(outcome: Outcome) -> float | None:
     return sum(gaps) / len(gaps)
 
 
-def write_page(outcomes: Sequence[Outcome], command: str, page: Path) -> None:
+def write_page(
+    outcomes: Sequence[Outcome], command: str, page: Path, records: Path
+) -> None:
     sample = [o for o in outcomes if o.experiment.key.startswith("sample-")]
     client = [o for o in outcomes if o.experiment.key.startswith("client-")]
     paper = " / ".join(f"{a} {v:.2f}" for a, v in PAPER_FINAL.items())
@@ -83,7 +86,7 @@ def write_page(outcomes: Sequence[Outcome], command: str, page: Path) -> None:
     lines = [
         "# The DP utility study (issue 35)",
         "",
-        f"Written by `{command}` from the records in docs/records/dp-study"
+        f"Written by `{command}` from the records in `{shown(records)}`"
         " (each cell's seeds, run over sittings).",
         "",
         f"DCFL's Table I setting (`{SCENARIO}`: Fashion-MNIST, ε ="

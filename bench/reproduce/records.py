@@ -114,10 +114,12 @@ def load(
     quick: bool,
 ) -> list[Outcome]:
     """The recorded outcomes of `experiments` on `datasets`, made in the
-    same mode (--quick or not); a record of an experiment that is no
-    longer defined, or of other rounds than its scenario now has, is
-    skipped with a line on stderr."""
+    same mode (--quick or not), in the order of `experiments` (pages list
+    them so: batch 16, 64, 256, not the files' 16, 256, 64); a record of an
+    experiment that is no longer defined, or of other rounds than its
+    scenario now has, is skipped with a line on stderr."""
     known = {e.key: e for e in experiments}
+    order = {key: n for n, key in enumerate(known)}
     outcomes = []
     for dataset in datasets:
         for path in sorted((records / dataset).glob(f"*{SUFFIX}")):
@@ -152,7 +154,10 @@ def load(
                     _accuracy(record),
                 )
             )
-    return outcomes
+    return sorted(
+        outcomes,
+        key=lambda o: (datasets.index(o.dataset), order[o.experiment.key]),
+    )
 
 
 def recorded(records: Path, quick: bool) -> Callable[[str, Experiment], set[int]]:

@@ -13,7 +13,7 @@ from clusterfed.data.datasets import available as dataset_available
 
 from . import records
 from .cli import seeds_argument
-from .runner import Experiment, Outcome, run_all
+from .runner import ROOT, Experiment, Outcome, run_all
 
 
 def sitting_parser(
@@ -66,10 +66,7 @@ def sit(
             else f"dataset {dataset} is not available here"
         )
     seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
-    folder = Path(args.records)
-    if args.quick and args.records == parser.get_default("records"):
-        # A smoke test's outcomes stay beside its runs, out of docs/records.
-        folder = Path(args.out) / "records"
+    folder = outcomes_folder(parser, args)
     if not args.no_run:
         recorded = records.recorded(folder, args.quick) if args.resume else None
         start = time.perf_counter()
@@ -89,3 +86,18 @@ def sit(
                 before_saving(outcome)
             records.save(outcome, folder)
     return records.load(folder, chosen, [dataset], args.quick)
+
+
+def outcomes_folder(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Path:
+    """Where the sitting keeps its outcomes: --records, except that a smoke
+    test (--quick) left at the default keeps them beside its runs, out of
+    docs/records."""
+    if args.quick and args.records == parser.get_default("records"):
+        return Path(args.out) / "records"
+    return Path(args.records)
+
+
+def shown(folder: Path) -> str:
+    """`folder` relative to the repository when it is inside it."""
+    folder = folder.resolve()
+    return str(folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder)
