@@ -279,13 +279,17 @@ def write_page(
             "",
             "Final mean client accuracy against the final ARI, one panel per"
             " setting with a ground truth (not dirichlet), one point per algorithm"
-            " (mean over the seeds).",
+            " (mean over the seeds); the markers are hollow and grow where"
+            " algorithms land on one place, so each stays visible as a ring.",
             "",
             f"![final accuracy against ARI]({link(summary)})",
             "",
             "## What it cost",
             "",
-            "The recorded runs' own wall time on the machine that ran them.",
+            "The recorded runs' own wall time on the machine that ran them. The"
+            " sittings shared a 2-core machine with one or two others, so a run's"
+            " wall time (and the *wall s* column's interval) measures that load"
+            " as well as the algorithm; bytes up and down do not depend on it.",
             "",
             *cost(outcomes),
             "",
