@@ -212,3 +212,37 @@ def test_the_page_names_the_two_and_their_command(tmp_path: Path) -> None:
     text = written.read_text()
     assert "`sample-b16-c10-round` (0.800), `sample-b64-c1-run` (0.700)" in text
     assert "--only sample-b16-c10-round sample-b64-c1-run --seeds 3 --resume" in text
+
+
+def test_beside_table_one_the_nearest_cell_and_the_scenarios_own() -> None:
+    # b64-c1-run at the paper's own numbers: the smallest gap (0.000); the
+    # scenario runs b16-c1-run (DCFL 0.3): both named, each with its ordering.
+    study = _sample_study({"sample-b64-c1-run": [0.72]})
+    lines = "\n".join(page.paper_page_lines(study))
+    assert "Nearest the paper's Table I: `sample-b64-c1-run` (batch 64, C = 1," in lines
+    assert "gap 0.000 at 1 seed; the paper's ordering there: yes (points" in lines
+    assert "own setting: `sample-b16-c1-run`" in lines
+    assert "| 64 | 1 | run | 1 | 0.720 | 0.640 | 0.540 | 0.000 |" in lines
+    assert "No cell is recorded yet" in "\n".join(page.paper_page_lines([]))
+
+
+def test_the_paper_scale_page_reads_the_study_from_its_records(
+    tmp_path: Path,
+) -> None:
+    from reproduce.cli import dp_study_lines
+    from reproduce.records import save
+
+    folder = tmp_path / "dp-study"
+    for outcome in _sample_study({"sample-b256-c10-round": [0.7]}):
+        for by_seed in outcome.seed_summaries.values():
+            for summary in by_seed.values():
+                summary["rounds"] = (
+                    60  # dcfl-fmnist's: a record of other rounds is left out
+                )
+        save(outcome, folder)
+    (lines,) = dp_study_lines(folder, quick=False).values()
+    text = "\n".join(lines)
+    assert "Nearest the paper's Table I: `sample-b256-c10-round`" in text
+    assert dp_study_lines(tmp_path / "none", quick=False) == {
+        "fashion_mnist": page.paper_page_lines([])
+    }

@@ -14,7 +14,14 @@ from reproduce.sitting import shown
 from clusterfed.scenarios import BUILTIN
 from clusterfed.seeds import interval
 
-from . import ALGORITHMS, CLIENT_ALGORITHMS, PAPER_FINAL, SCENARIO, experiments
+from . import (
+    ALGORITHMS,
+    CLIENT_ALGORITHMS,
+    PAPER_FINAL,
+    SCENARIO,
+    experiments,
+    sample_key,
+)
 from .selection import CLIENT, SAMPLE, describe, select
 
 FINAL = summary_value("final_mean_acc")
@@ -74,34 +81,68 @@ def _distance(outcome: Outcome) -> float | None:
     return sum(gaps) / len(gaps)
 
 
-def write_page(
-    outcomes: Sequence[Outcome], command: str, page: Path, records: Path
-) -> None:
-    sample = [o for o in outcomes if o.experiment.key.startswith("sample-")]
-    client = [o for o in outcomes if o.experiment.key.startswith("client-")]
-    paper = " / ".join(f"{a} {v:.2f}" for a, v in PAPER_FINAL.items())
+def _scenario_key() -> str:
+    """The study's cell that the scenario runs today (its batch, C, horizon)."""
     scenario = BUILTIN[SCENARIO]()
     dp = scenario.dp
     assert dp is not None  # the study's setting is DCFL's private one
+    return sample_key(scenario.train.batch_size, dp.max_grad_norm, dp.horizon)
+
+
+def _setting_words(outcome: Outcome) -> str:
+    sets = dict(s.split("=", 1) for s in outcome.experiment.sets)
+    return (
+        f"batch {sets['train.batch_size']}, C = {sets['dp.max_grad_norm']},"
+        f" ε over the {sets['dp.horizon']}"
+    )
+
+
+def _paper_numbers() -> str:
+    return " / ".join(f"{v:.2f}" for v in PAPER_FINAL.values())
+
+
+def _at(outcome: Outcome) -> str:
+    distance = _distance(outcome)
+    gap = "—" if distance is None else f"{distance:.3f}"
+    seeds = len(outcome.seeds)
+    return (
+        f"`{outcome.experiment.key}` ({_setting_words(outcome)}): DCFL / CFL /"
+        " FedAvg "
+        + " / ".join(_cell(_finals(outcome, a)) for a in ALGORITHMS)
+        + f" against the paper's {_paper_numbers()},"
+        f" gap {gap} at {seeds} seed{'s' if seeds != 1 else ''}; the paper's"
+        f" ordering there: {_ordering(outcome)}"
+    )
+
+
+def nearest_lines(outcomes: Sequence[Outcome]) -> list[str]:
+    """Which local-DP cell brings DCFL's three numbers nearest the paper's
+    Table I (the smallest mean absolute gap; the first listed of equals),
+    and the scenario's own cell, each with the paper's ordering there."""
+    sample = [o for o in outcomes if o.experiment.key.startswith("sample-")]
+    complete = [o for o in sample if _distance(o) is not None]
+    if not complete:
+        return ["Nearest the paper: no cell has DCFL, CFL and FedAvg recorded yet."]
+    nearest = min(complete, key=lambda o: _distance(o) or 0.0)
+    lines = [f"- Nearest the paper's Table I: {_at(nearest)}."]
+    own = next((o for o in sample if o.experiment.key == _scenario_key()), None)
+    if own is None:
+        lines.append(
+            f"- The scenario's own setting (`{_scenario_key()}`) is not recorded yet."
+        )
+    elif own is not nearest:
+        lines.append(f"- The scenario's own setting: {_at(own)}.")
+    else:
+        lines.append("- That is the scenario's own setting.")
+    return lines
+
+
+def study_lines(outcomes: Sequence[Outcome]) -> list[str]:
+    """Both tables of the study with where the selection rule stands."""
+    sample = [o for o in outcomes if o.experiment.key.startswith("sample-")]
+    client = [o for o in outcomes if o.experiment.key.startswith("client-")]
     lines = [
-        "# The DP utility study (issue 35)",
-        "",
-        f"Written by `{command}` from the records in `{shown(records)}`"
-        " (each cell's seeds, run over sittings).",
-        "",
-        f"DCFL's Table I setting (`{SCENARIO}`: Fashion-MNIST, ε ="
-        f" {dp.epsilon:g}, δ = {dp.delta:g}, {scenario.rounds} rounds) under"
-        " each choice the paper leaves open: the"
-        " batch size, the per-sample clipping bound C and what ε covers (the"
-        " whole run or each round). Each cell is the final mean client"
-        " accuracy, the mean over the cell's seeds ± the half-width of its 95 %"
-        f" Student t interval (one seed: the value alone). The paper: {paper}."
-        " *gap*: the mean absolute difference of the three to the paper's;"
-        " *ordering*: the paper's DCFL > CFL > FedAvg, from the seed-by-seed"
-        " differences' intervals where a cell has seeds, else the point"
-        " estimates (which decide nothing).",
-        "",
-        '## Local DP-SGD (`dp.mechanism = "sample"`)',
+        '**Local DP-SGD** (`dp.mechanism = "sample"`)',
         "",
         "| batch | C | horizon | seeds | dcfl | cfl | fedavg | gap | ordering |",
         "|---:|---:|---|---:|---:|---:|---:|---:|---|",
@@ -120,12 +161,10 @@ def write_page(
     lines += ["", *describe(select(cells, outcomes, SAMPLE))]
     lines += [
         "",
-        '## DP-FedAvg (`dp.mechanism = "client"`)',
-        "",
-        "Client-level DP adds the server's noise to each cluster's sum of"
-        " clipped updates: of DCFL's three algorithms only FedAvg aggregates"
-        " so (DCFL and CFL are refused at validation), so IFCA stands in for a"
-        " clustered one.",
+        '**DP-FedAvg** (`dp.mechanism = "client"`): client-level DP adds the'
+        " server's noise to each cluster's sum of clipped updates: of DCFL's"
+        " three algorithms only FedAvg aggregates so (DCFL and CFL are refused"
+        " at validation), so IFCA stands in for a clustered one.",
         "",
         "| bound | clipping | seeds | " + " | ".join(CLIENT_ALGORITHMS) + " |",
         "|---:|---|---:|" + "---:|" * len(CLIENT_ALGORITHMS),
@@ -138,5 +177,62 @@ def write_page(
             + "".join(f" | {_cell(_finals(outcome, a))}" for a in CLIENT_ALGORITHMS)
             + " |"
         )
-    lines += ["", *describe(select(cells, outcomes, CLIENT))]
+    return lines + ["", *describe(select(cells, outcomes, CLIENT))]
+
+
+def setting_words() -> str:
+    """What the study varies, in one paragraph's words."""
+    paper = " / ".join(f"{a} {v:.2f}" for a, v in PAPER_FINAL.items())
+    scenario = BUILTIN[SCENARIO]()
+    dp = scenario.dp
+    assert dp is not None  # the study's setting is DCFL's private one
+    return (
+        f"DCFL's Table I setting (`{SCENARIO}`: Fashion-MNIST, ε ="
+        f" {dp.epsilon:g}, δ = {dp.delta:g}, {scenario.rounds} rounds) under"
+        " each choice the paper leaves open: the batch size, the per-sample"
+        " clipping bound C and what ε covers (the whole run or each round)."
+        " Each cell is the final mean client accuracy, the mean over the"
+        " cell's seeds ± the half-width of its 95 % Student t interval (one"
+        f" seed: the value alone). The paper: {paper}. *gap*: the mean"
+        " absolute difference of the three to the paper's; *ordering*: the"
+        " paper's DCFL > CFL > FedAvg, from the seed-by-seed differences'"
+        " intervals where a cell has seeds, else the point estimates (which"
+        " decide nothing)."
+    )
+
+
+def paper_page_lines(outcomes: Sequence[Outcome]) -> list[str]:
+    """The study beside Table I on the paper-scale page."""
+    lines = [
+        "#### Table I's DP settings: the study (issue 35)",
+        "",
+        "The paper gives ε, δ and “norm clipping”, not the batch size, the"
+        f" clipping bound or what ε covers; the table above runs the scenario's"
+        f" (`{_scenario_key()}`). docs/DP-STUDY.md (`python bench/dp_study.py`)"
+        " runs every combination. " + setting_words(),
+        "",
+    ]
+    if not outcomes:
+        return lines + [
+            "No cell is recorded yet (`python bench/dp_study.py --resume --seeds 1`).",
+            "",
+        ]
+    return lines + [*nearest_lines(outcomes), "", *study_lines(outcomes), ""]
+
+
+def write_page(
+    outcomes: Sequence[Outcome], command: str, page: Path, records: Path
+) -> None:
+    lines = [
+        "# The DP utility study (issue 35)",
+        "",
+        f"Written by `{command}` from the records in `{shown(records)}`"
+        " (each cell's seeds, run over sittings).",
+        "",
+        setting_words(),
+        "",
+        *nearest_lines(outcomes),
+        "",
+        *study_lines(outcomes),
+    ]
     page.write_text("\n".join(lines) + "\n")

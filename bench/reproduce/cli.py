@@ -8,14 +8,15 @@ import json
 import shlex
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 from clusterfed.data.datasets import available
 from clusterfed.errors import ConfigError
 from clusterfed.seeds import parse_seeds
 
-from . import EXPERIMENTS, PAPERS, records
-from .page import write_page
+from . import EXPERIMENTS, PAPERS, dcfl, records
+from .page import Section, write_page
 from .runner import ROOT, run_all
 
 # The --help text the single-file script had (its docstring's first line).
@@ -39,6 +40,18 @@ def default_page(quick: bool, datasets: list[str], out: str) -> Path:
         "REPRODUCTION-fmnist.md" if datasets == ["fashion_mnist"] else "REPRODUCTION.md"
     )
     return ROOT / "docs" / name
+
+
+def dp_study_lines(folder: Path, quick: bool) -> dict[str, list[str]]:
+    """The DP study's lines for the Fashion-MNIST page, from its records in
+    `folder` (bench/dp_study: issue 35; its cells run DCFL's Table I)."""
+    # Imported here: bench/dp_study imports this package's modules, and
+    # reproduce.sitting imports this one.
+    import dp_study
+    from dp_study.page import paper_page_lines
+
+    found = records.load(folder, dp_study.experiments(), ["fashion_mnist"], quick)
+    return {"fashion_mnist": paper_page_lines(found)}
 
 
 def main() -> None:
@@ -135,12 +148,16 @@ def main() -> None:
         # What ran joins its record's other seeds: the page shows the record.
         outcomes = records.load(folder, EXPERIMENTS, datasets, args.quick)
     several_sittings = args.resume or args.records is not None
+    sections: list[Section] = [paper.section for paper in PAPERS]
+    if args.records and "fashion_mnist" in datasets:
+        study = dp_study_lines(Path(args.records) / "dp-study", args.quick)
+        sections[sections.index(dcfl.section)] = partial(dcfl.section, study=study)
     write_page(
         outcomes,
         shlex.join(["python", "bench/reproduce.py", *sys.argv[1:]]),
         page,
         sum(o.seconds for o in outcomes) if several_sittings else elapsed,
-        [paper.section for paper in PAPERS],
+        sections,
         resumed=several_sittings,
     )
     if not args.no_run:  # reproduce.json goes beside the runs

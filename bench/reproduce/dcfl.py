@@ -3,7 +3,7 @@ ablation and the Fig. 5 settings, all on the dcfl-dynamic scenario."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -132,7 +132,15 @@ def _table1_rows(
     ]
 
 
-def section(by_key: ByKey, dataset: str, figures: Path, claims: Claims) -> list[str]:
+def section(
+    by_key: ByKey,
+    dataset: str,
+    figures: Path,
+    claims: Claims,
+    study: Mapping[str, Sequence[str]] | None = None,
+) -> list[str]:
+    """DCFL's tables and figures on `dataset`; `study` holds, by dataset, the
+    DP study's lines (bench/dp_study: issue 35) that go beside Table I."""
     main = by_key.get((dataset, "dcfl-table1"))
     if main is None:
         return []
@@ -150,6 +158,7 @@ def section(by_key: ByKey, dataset: str, figures: Path, claims: Claims) -> list[
     lines += provenance(main)
     fig = fig4(main, figures / f"dcfl-fig4-{dataset}.png")
     lines += [f"![DCFL Fig. 4 on {dataset}](figures/{fig.name})", ""]
+    lines += (study or {}).get(dataset, [])
     lines += _clustering(by_key, dataset)
     lines += _table2(
         by_key,
