@@ -240,3 +240,30 @@ def test_a_sitting_whose_records_hold_every_seed_runs_nothing_and_ends_well(
     cli.main()
     assert (out / "reproduce.json").exists()
     assert EXPERIMENT.key in (tmp_path / "P.md").read_text()
+
+
+def test_a_record_of_a_scenario_edited_since_is_run_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from clusterfed.scenarios import BUILTIN
+    from clusterfed.scenarios.loader import with_overrides
+
+    save(outcome("digits", [0, 1], tested=False), tmp_path)
+    assert recorded(tmp_path, False)("digits", EXPERIMENT) == {0, 1}
+    # The command names the scenario, not what it holds: an edit that keeps
+    # the rounds (a DP study choosing another batch) must not pass for it.
+    name = EXPERIMENT.scenario_for("digits")
+    original = BUILTIN[name]
+    monkeypatch.setitem(
+        BUILTIN, name, lambda: with_overrides(original(), ["train.batch_size=64"])
+    )
+    assert recorded(tmp_path, False)("digits", EXPERIMENT) == set()
+    assert load(tmp_path, [EXPERIMENT], ["digits"], quick=False) == []
+    # A record from before the digest is judged by its command and rounds.
+    path = tmp_path / "digits" / f"{EXPERIMENT.key}.json.gz"
+    record = json.loads(gzip.decompress(path.read_bytes()))
+    del record["scenario"]
+    path.write_bytes(gzip.compress(json.dumps(record).encode()))
+    assert recorded(tmp_path, False)("digits", EXPERIMENT) == {0, 1}
+    (back,) = load(tmp_path, [EXPERIMENT], ["digits"], quick=False)
+    assert back.seeds == (0, 1)

@@ -12,11 +12,18 @@ a later sitting join those already there. `load` gives it back as an
 `Outcome`, so a page can be written from experiments run on other days, and
 it is the page the runs themselves give. Gzip: the per-client accuracies of
 a paper-scale page are megabytes of JSON.
+
+A record's command names its scenario, not what the scenario holds, so a
+record also keeps a digest of the scenario its runs were made of (after
+the experiment's overrides): a record of a scenario edited since is neither
+resumed nor shown, and the next sitting replaces it. Records from before
+the digest have none and are judged by their command and rounds alone.
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import shlex
 import sys
@@ -24,7 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from clusterfed.scenarios import load_scenario
+from clusterfed.scenarios import Scenario, load_scenario
 from clusterfed.scenarios.loader import with_overrides
 
 from .runner import (
@@ -61,7 +68,10 @@ def save(outcome: Outcome, records: Path) -> Path:
         outcome.accuracy,
         planned_rounds(outcome.experiment, outcome.dataset, outcome.quick),
     )
-    if earlier is not None and _settings(earlier) != settings:
+    digest = scenario_digest(outcome.experiment, outcome.dataset)
+    if earlier is not None and (
+        _settings(earlier) != settings or not _same_scenario(earlier, digest)
+    ):
         print(f"{path}: other settings than this run's; replaced", file=sys.stderr)
     elif earlier is not None:
         kept = set(_seeds(earlier)) - set(outcome.seeds)
@@ -96,6 +106,7 @@ def save(outcome: Outcome, records: Path) -> Path:
         "command": outcome.experiment.command(outcome.quick, outcome.dataset, seeds),
         "quick": outcome.quick,
         "accuracy": outcome.accuracy,
+        "scenario": digest,
         "seconds": seconds,
         "out": str(out.relative_to(ROOT) if out.is_relative_to(ROOT) else out),
         "summaries": _sorted(summaries),
@@ -142,6 +153,14 @@ def load(
                     file=sys.stderr,
                 )
                 continue
+            if not _same_scenario(record, scenario_digest(experiment, dataset)):
+                print(
+                    f"{path}: made of another definition of scenario"
+                    f" {experiment.scenario_for(dataset)!r} than today's;"
+                    " left out until re-run",
+                    file=sys.stderr,
+                )
+                continue
             outcomes.append(
                 make_outcome(
                     experiment,
@@ -170,7 +189,9 @@ def recorded(records: Path, quick: bool) -> Callable[[str, Experiment], set[int]
         if not path.exists():
             return set()
         record = _read(path)
-        same = _settings(record) == _settings_of_run(experiment, dataset, quick)
+        same = _settings(record) == _settings_of_run(
+            experiment, dataset, quick
+        ) and _same_scenario(record, scenario_digest(experiment, dataset))
         return set(_seeds(record)) if same else set()
 
     return seeds
@@ -225,8 +246,29 @@ def planned_rounds(experiment: Experiment, dataset: str, quick: bool) -> int:
     rounds = experiment.quick_rounds_for(dataset)
     if quick and rounds is not None:
         return rounds
+    return _scenario(experiment, dataset).rounds
+
+
+def scenario_digest(experiment: Experiment, dataset: str) -> str:
+    """What `experiment`'s runs on `dataset` are made of: its built-in
+    scenario after the experiment's overrides, as a digest. Fields left at
+    their defaults are out of it (a field added to `Scenario` later leaves
+    every record standing), and so are the description's words."""
+    data = _scenario(experiment, dataset).model_dump(
+        mode="json", exclude_defaults=True, exclude={"description"}
+    )
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _scenario(experiment: Experiment, dataset: str) -> Scenario:
     scenario = load_scenario(experiment.scenario_for(dataset))
-    return with_overrides(scenario, experiment.overrides(dataset)).rounds
+    return with_overrides(scenario, experiment.overrides(dataset))
+
+
+def _same_scenario(record: dict[str, Any], digest: str) -> bool:
+    # A record from before the digest is judged by its command and rounds.
+    return record.get("scenario", digest) == digest
 
 
 def _rounds(record: dict[str, Any]) -> int | None:
