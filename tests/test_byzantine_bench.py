@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,7 @@ from clusterfed.scenarios.loader import with_overrides
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import byzantine  # noqa: E402
-from byzantine.cli import attacker_split  # noqa: E402
+from byzantine.cli import attacker_split, best_global_accuracy  # noqa: E402
 from byzantine.page import write_page  # noqa: E402
 
 
@@ -22,7 +23,8 @@ from byzantine.page import write_page  # noqa: E402
 def test_every_cell_is_a_valid_scenario(quick: bool) -> None:
     found = byzantine.experiments(quick)
     cells = len(byzantine.ATTACKS) * len(byzantine.DEFENCES)
-    assert len(found) == cells + 2 * len(byzantine.CLUSTERED_ATTACKS)
+    # The clustered section's FedAvg row is the table's cell, not a run.
+    assert len(found) == cells + len(byzantine.CLUSTERED_ATTACKS)
     for experiment in found:
         if quick and experiment.quick_rounds is None:
             continue
@@ -45,19 +47,59 @@ def test_the_layout_is_flanders() -> None:
     assert len(scenario.faulty[0].ids) == 20
 
 
-def test_the_attacker_split_is_the_ari_of_the_final_clusters() -> None:
-    def row(clusters: list[int]) -> dict:
-        return {
-            "clients": [
-                {"id": i, "cluster": c, "acc": 0.5 + 0.1 * (i < 2), "faulty": i >= 2}
-                for i, c in enumerate(clusters)
-            ]
-        }
+def _row(clusters: list[int | None], faulty: set[int]) -> dict[str, Any]:
+    return {
+        "round": 0,
+        "clients": [
+            {
+                "id": i,
+                "cluster": c,
+                "acc": 0.6 - 0.1 * (i in faulty),
+                "faulty": i in faulty,
+            }
+            for i, c in enumerate(clusters)
+        ],
+    }
 
-    assert attacker_split([row([0, 0, 1, 1])]) == (1.0, pytest.approx(0.6))
-    ari, _ = attacker_split([row([0, 0, 0, 0])])
-    assert ari == 0.0
-    assert attacker_split([]) == (None, None)
+
+def test_the_attacker_split_of_the_final_clusters() -> None:
+    two = attacker_split([_row([0, 0, 1, 1], {2, 3})])
+    assert two["attacker_ari"] == 1.0 and two["honest_acc"] == pytest.approx(0.6)
+    assert (two["attackers_alone"], two["honest_with_attackers"]) == (1.0, 0.0)
+    one = attacker_split([_row([0, 0, 0, 0], {2, 3})])
+    assert one["attacker_ari"] == 0.0
+    assert (one["attackers_alone"], one["honest_with_attackers"]) == (0.0, 1.0)
+    assert set(attacker_split([]).values()) == {None}
+
+
+def test_isolated_attackers_score_alone_where_ari_falls() -> None:
+    # The audit's case: attackers alone in one cluster, the honest clients
+    # spread over four. ARI is far below 1; every attacker is still alone and
+    # no honest client shares their cluster.
+    clusters = [0, 1, 2, 3, 0, 1, 2, 3, 4, 4]
+    found = attacker_split([_row(clusters, {8, 9})])
+    assert found["attacker_ari"] is not None and found["attacker_ari"] < 0.5
+    assert (found["attackers_alone"], found["honest_with_attackers"]) == (1.0, 0.0)
+    # One honest client in the attackers' cluster: 1 of 8 exposed.
+    found = attacker_split([_row([0, 1, 2, 3, 0, 1, 2, 4, 4, 4], {8, 9})])
+    assert found["attackers_alone"] == 0.0
+    assert found["honest_with_attackers"] == pytest.approx(1 / 8)
+
+
+def test_clients_without_a_cluster_are_left_out_not_a_cluster() -> None:
+    # Were None a cluster of its own, attackers left unassigned would read
+    # as isolated (ARI 1).
+    found = attacker_split([_row([0, 0, 0, 0, None, None], {4, 5})])
+    assert found["unassigned"] == 2.0
+    assert found["attacker_ari"] is None and found["attackers_alone"] is None
+    assert found["honest_acc"] == pytest.approx(0.6)
+
+
+def test_flanders_measure_is_the_best_global_accuracy_from_round_three() -> None:
+    rows = [{"round": r, "global_acc": a} for r, a in enumerate([0.9, 0.8, 0.5, 0.7])]
+    # Rows 0 and 1 are FLANDERS' rounds 1 and 2: out of its maximum.
+    assert best_global_accuracy(rows) == 0.7
+    assert best_global_accuracy([{"round": 5, "global_acc": None}]) is None
 
 
 def test_the_page_names_what_is_not_recorded(tmp_path: Path) -> None:
@@ -65,8 +107,10 @@ def test_the_page_names_what_is_not_recorded(tmp_path: Path) -> None:
     write_page([], "python bench/byzantine.py --no-run", page, False, tmp_path / "kept")
     text = page.read_text()
     assert f"from the records in `{tmp_path / 'kept'}`" in text
-    assert "*(0.17)*" in text  # FLANDERS' FedAvg under ALIE, beside our cell
-    assert "Not recorded yet (147)" in text  # 132 cells, 15 clustered rows
+    # FLANDERS' FedAvg under ALIE beside ours in its own measure.
+    assert "| `alie` | `mean` | 0.17 | — | — | — |" in text
+    # 132 cells and 12 clustered rows (FedAvg's rows are cells of the table).
+    assert "Not recorded yet (144)" in text
 
 
 def test_the_page_says_flanders_lie_is_another_shift(tmp_path: Path) -> None:
