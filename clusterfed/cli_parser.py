@@ -141,7 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="go on with the comparison in --out (one stopped midway, or more"
         " seeds for one that finished): runs that finished there with the same"
-        " settings are read back, the others run afresh",
+        " settings are read back, runs of those settings stopped after a"
+        " checkpoint go on from it, the others run afresh",
     )
     compare.set_defaults(command="compare")
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,8 @@ from clusterfed.actors.compute import check_device
 from clusterfed.errors import ConfigError
 from clusterfed.scenarios import Scenario, load_scenario, with_overrides
 
-from .api import RunResult, run
+from .api import RunResult, resume, run
+from .checkpoint import CHECKPOINT
 from .diff import differences
 from .folders import claim, default_folder, note, point_latest, safe_name
 from .results import load
@@ -138,7 +140,10 @@ def compare(
 
     With `resume` the comparison goes on in `out`, which may hold one
     already: a run that finished there with the very settings it would be
-    given now is read back, not run again; any other run is run afresh.
+    given now is read back, not run again; a run of those settings that
+    stopped after a checkpoint (`checkpoint_every`) goes on from it, to the
+    rows of a run never stopped (see `clusterfed.resume`); any other run is
+    run afresh.
 
     Raises:
         ConfigError: no algorithms or one twice; `seed` with `seeds`; `out`
@@ -230,6 +235,8 @@ def _compare_one(
     for name, variant in variants.items():
         out = run_folder(folder, name)
         done = _finished(out, variant) if resume else None
+        if done is None and resume:
+            done = _resumed(out, variant, run_options)
         if done is None:
             done = run(variant, out=out, overwrite=resume, **run_options)
         by_seed[safe_name(name)] = {variant.seed: done}
@@ -251,13 +258,7 @@ def _finished(folder: Path, scenario: Scenario) -> RunResult | None:
     done = load(folder)
     if done.summary.get("interrupted") or done.summary.get("rounds") != scenario.rounds:
         return None
-    want = scenario.model_dump(mode="json")
-    stored = done.config.get("scenario")
-    # As this version reads it: a field added since gets its default (one it
-    # cannot read is compared as written, so every difference is named).
-    with contextlib.suppress(ValidationError):
-        stored = Scenario.model_validate(stored).model_dump(mode="json")
-    changed = [w for w, _, _ in differences(want, stored)]
+    changed = _changed(scenario, done.config.get("scenario"))
     if changed:
         shown = ", ".join(c.lstrip(".") for c in changed[:4])
         raise ConfigError(
@@ -266,6 +267,54 @@ def _finished(folder: Path, scenario: Scenario) -> RunResult | None:
             " Give the settings it was run with, or another --out"
         )
     return done
+
+
+def _changed(scenario: Scenario, stored: Any) -> list[str]:
+    """Where a run's stored scenario (its config.json's) differs from
+    `scenario`: the fields' paths."""
+    want = scenario.model_dump(mode="json")
+    # As this version reads it: a field added since gets its default (one it
+    # cannot read is compared as written, so every difference is named).
+    with contextlib.suppress(ValidationError):
+        stored = Scenario.model_validate(stored).model_dump(mode="json")
+    return [w for w, _, _ in differences(want, stored)]
+
+
+# What `resume` takes of `run`'s options (the rest are in the run's config.json).
+_RESUME_OPTIONS = (
+    "runtime",
+    "workers",
+    "ray_address",
+    "clients_per_host",
+    "progress",
+    "gpus_per_host",
+)
+
+
+def _resumed(
+    folder: Path, scenario: Scenario, run_options: dict[str, Any]
+) -> RunResult | None:
+    """The stopped run in `folder` continued from its checkpoint, if it has
+    one and was of `scenario`'s very settings; None otherwise (it is then
+    run afresh). A checkpoint that cannot be resumed (damaged, or of another
+    format) is said so in a warning, and the run starts again."""
+    if not (folder / CHECKPOINT).is_file():
+        return None
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if _changed(scenario, config.get("scenario")):
+        return None
+    options = {k: v for k, v in run_options.items() if k in _RESUME_OPTIONS}
+    try:
+        return resume(folder, **options)
+    except ConfigError as exc:
+        warnings.warn(
+            f"{folder}: not resumed ({exc}); it runs again from the start",
+            stacklevel=3,
+        )
+        return None
 
 
 def _check_finished(

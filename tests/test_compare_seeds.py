@@ -28,7 +28,7 @@ from clusterfed.seeds import (
     seeds_json,
 )
 from clusterfed.tables import seeds_table
-from helpers import assert_compare_contract, small_scenario
+from helpers import assert_compare_contract, small_scenario, without_wall_time
 
 # -- the statistics --------------------------------------------------------------
 
@@ -331,6 +331,48 @@ def test_resume_runs_only_what_did_not_finish_and_adds_seeds(
         scenario, ["fedavg", "fedprox"], seeds=[0, 1, 2], out=out, resume=True
     )
     assert started == []
+
+
+def test_resume_goes_on_from_a_stopped_runs_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "cmp"
+    scenario = small_scenario(rounds=5)
+    whole = clusterfed.compare(scenario, ["fedavg"], out=out, checkpoint_every=2)
+    # As if the sitting had been stopped while fedavg wrote round 5's row.
+    stopped = out / "fedavg"
+    (stopped / "summary.json").unlink()
+    with (stopped / "rounds.jsonl").open("a") as stream:
+        stream.write('{"round": 4, "sim_ti')
+    started = _count_runs(monkeypatch)
+    resumed = clusterfed.compare(
+        scenario, ["fedavg"], out=out, resume=True, checkpoint_every=2
+    )
+    assert started == []  # continued from round 4, not run again
+    assert without_wall_time(resumed.runs["fedavg"].rows) == without_wall_time(
+        whole.runs["fedavg"].rows
+    )
+    # A stopped run of other settings starts again from round 0.
+    (stopped / "summary.json").unlink()
+    clusterfed.compare(
+        scenario, ["fedavg"], out=out, resume=True, overrides=["train.lr=0.2"]
+    )
+    assert started == [("fedavg", 0)]
+
+
+def test_a_checkpoint_that_cannot_be_resumed_is_run_again_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "cmp"
+    scenario = small_scenario(rounds=3)
+    clusterfed.compare(scenario, ["fedavg"], out=out, checkpoint_every=1)
+    (out / "fedavg" / "summary.json").unlink()
+    checkpoint = out / "fedavg" / "checkpoint.pkl"
+    checkpoint.write_bytes(checkpoint.read_bytes()[:-7])  # a truncated copy
+    started = _count_runs(monkeypatch)
+    with pytest.warns(UserWarning, match="not resumed"):
+        clusterfed.compare(scenario, ["fedavg"], out=out, resume=True)
+    assert started == [("fedavg", 0)]
 
 
 def test_resume_on_one_seed_keeps_the_finished_runs(

@@ -209,6 +209,12 @@ def shifted(values: Mapping[int, float], threshold: float) -> Interval:
 ByKey = dict[tuple[str, str], Outcome]
 
 
+CHECKPOINT_EVERY = 5
+"""Rounds between a run's checkpoints: a sitting stopped mid-run (the end of a
+working session) loses at most this many rounds of it; `--resume` goes on from
+the checkpoint to the rows of a run never stopped."""
+
+
 def run_all(
     experiments: Sequence[Experiment],
     quick: bool,
@@ -220,8 +226,9 @@ def run_all(
     recorded: Callable[[str, Experiment], set[int]] | None = None,
 ) -> list[Outcome]:
     """Every experiment's comparison into `out/<dataset>/<key>/`; with
-    `resume`, runs that finished there with the same settings are kept (see
-    `compare`) and an experiment's seconds are its runs' own wall time.
+    `resume`, runs that finished there with the same settings are kept, runs
+    stopped after a checkpoint go on from it (see `compare`), and an
+    experiment's seconds are its runs' own wall time.
     `recorded(dataset, experiment)`: the seeds of an experiment kept elsewhere (see
     records.py), not run again; an experiment with all of them is skipped."""
     outcomes = []
@@ -250,6 +257,7 @@ def run_all(
                 overrides=exp.overrides(dataset),
                 # Seed 0 alone is a one-seed comparison (no --seeds in its command).
                 seeds=None if list(seeds) == [0] else todo,
+                checkpoint_every=CHECKPOINT_EVERY,
             )
             seconds = time.perf_counter() - start
             if resume:  # the runs kept took their time in an earlier sitting
