@@ -229,6 +229,7 @@ def _compare(args: argparse.Namespace) -> int:
         **_runtime_options(args),
         overwrite=args.overwrite,
         resume=args.resume,
+        checkpoint_every=args.checkpoint_every,
     )
     if result.seeds is None:
         print(table(result.summaries))

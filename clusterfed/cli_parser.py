@@ -137,6 +137,13 @@ def build_parser() -> argparse.ArgumentParser:
         " into OUT/seeds.json. Not with --seed",
     )
     compare.add_argument(
+        "--checkpoint-every",
+        type=int,
+        metavar="N",
+        help="each run writes a checkpoint after every N-th round; --resume goes"
+        " on from it",
+    )
+    compare.add_argument(
         "--resume",
         action="store_true",
         help="go on with the comparison in --out (one stopped midway, or more"

@@ -28,7 +28,7 @@ from clusterfed.errors import ConfigError
 from clusterfed.scenarios import Scenario, load_scenario, with_overrides
 
 from .api import RunResult, resume, run
-from .checkpoint import CHECKPOINT
+from .checkpoint import CHECKPOINT, read_checkpoint
 from .diff import differences
 from .folders import claim, default_folder, note, point_latest, safe_name
 from .results import load
@@ -296,9 +296,17 @@ def _resumed(
 ) -> RunResult | None:
     """The stopped run in `folder` continued from its checkpoint, if it has
     one and was of `scenario`'s very settings; None otherwise (it is then
-    run afresh). A checkpoint that cannot be resumed (damaged, or of another
-    format) is said so in a warning, and the run starts again."""
+    run afresh). A run given an option `resume` cannot carry on (a trace, a
+    tracker, a callback) starts again too, and so does one whose checkpoint
+    cannot be read (damaged, or of another format), said in a warning."""
     if not (folder / CHECKPOINT).is_file():
+        return None
+    unsupported = [
+        k
+        for k, v in run_options.items()
+        if v is not None and k not in (*_RESUME_OPTIONS, "checkpoint_every")
+    ]
+    if unsupported:
         return None
     try:
         config = json.loads((folder / "config.json").read_text())
@@ -306,15 +314,16 @@ def _resumed(
         return None
     if _changed(scenario, config.get("scenario")):
         return None
-    options = {k: v for k, v in run_options.items() if k in _RESUME_OPTIONS}
     try:
-        return resume(folder, **options)
+        read_checkpoint(folder)
     except ConfigError as exc:
         warnings.warn(
             f"{folder}: not resumed ({exc}); it runs again from the start",
             stacklevel=3,
         )
         return None
+    options = {k: v for k, v in run_options.items() if k in _RESUME_OPTIONS}
+    return resume(folder, **options)
 
 
 def _check_finished(

@@ -196,3 +196,7 @@ def test_summary_rings_keep_agreeing_algorithms_visible() -> None:
     # apart keeps the smallest marker.
     assert sizes[0] < sizes[1] < sizes[3]
     assert sizes[2] == sizes[0]
+    # A chain, each 0.015 from the one before (0.03 from the first): the third
+    # is near the second alone, and still rings around it.
+    chain = ring_sizes([(0.0, 0.0), (0.015, 0.0), (0.03, 0.0)])
+    assert chain[0] < chain[1] < chain[2]

@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import byzantine  # noqa: E402
 from byzantine.cli import attacker_split, best_global_accuracy  # noqa: E402
 from byzantine.page import write_page  # noqa: E402
+from reproduce.runner import make_outcome  # noqa: E402
 
 
 @pytest.mark.parametrize("quick", [False, True])
@@ -121,3 +122,52 @@ def test_the_page_says_flanders_lie_is_another_shift(tmp_path: Path) -> None:
     # f = 20: Φ⁻¹(69/100) ≈ 0.4959 (tables of the standard normal).
     assert "z = Φ(49/80) = 0.73" in text
     assert "Φ⁻¹((n − s)/n) = 0.50 here (s = ⌊n/2 + 1⌋ − f = 31)" in text
+
+
+def _recorded(key: str, summaries: dict[str, list[dict[str, float]]]) -> Any:
+    (experiment,) = [e for e in byzantine.experiments() if e.key == key]
+    by_seed = {a: dict(enumerate(runs)) for a, runs in summaries.items()}
+    rows = {a: {s: [] for s in runs} for a, runs in by_seed.items()}
+    return make_outcome(
+        experiment, "fashion_mnist", 1.0, by_seed, rows, Path("."), False
+    )
+
+
+def test_the_page_reads_fedavgs_row_from_the_tables_median_cell(
+    tmp_path: Path,
+) -> None:
+    fedavg = {
+        "final_mean_acc": 0.81,
+        "global_acc_best": 0.86,
+        "global_acc_final": 0.84,
+        "attacker_ari": 0.0,
+        "attackers_alone": 0.0,
+        "honest_with_attackers": 1.0,
+        "n_clusters_final": 1.0,
+        "unassigned": 0.0,
+        "honest_acc": 0.81,
+    }
+    cfl = {**fedavg, "attacker_ari": 0.4, "attackers_alone": 1.0}
+    cfl["honest_with_attackers"], cfl["n_clusters_final"] = 0.0, 6.0
+    outcomes = [
+        _recorded(
+            "alie__median", {"fedavg": [fedavg, {**fedavg, "final_mean_acc": 0.83}]}
+        ),
+        _recorded("clustered__alie", {a: [cfl] for a in byzantine.CLUSTERED}),
+    ]
+    page = tmp_path / "BYZANTINE.md"
+    write_page(outcomes, "cmd", page, False, tmp_path)
+    text = page.read_text()
+    # Two seeds of three: the count beside the interval.
+    assert "0.820 ± 0.127 (2 seeds)" in text  # the table's cell, t(1) = 12.71
+    # FLANDERS' median under LIE beside our best global accuracy, its measure.
+    assert "| `alie` | `median` | 0.65 | 0.860 ± 0.000 (2 seeds)" in text
+    assert (
+        "| `alie` | fedavg + median | 0.000 ± 0.000 (2 seeds) | 0.000 ± 0.000"
+        " (2 seeds) | 1.000 ± 0.000 (2 seeds) | 1.0 ± 0.0 (2 seeds)"
+    ) in text
+    assert (
+        "| `alie` | cfl | 0.400 (1 seed) | 1.000 (1 seed) | 0.000 (1 seed) | 6.0"
+        in text
+    )
+    assert "`clustered__alie (fedavg)`" not in text and "clustered__ipm (cfl)" in text

@@ -352,12 +352,36 @@ def test_resume_goes_on_from_a_stopped_runs_checkpoint(
     assert without_wall_time(resumed.runs["fedavg"].rows) == without_wall_time(
         whole.runs["fedavg"].rows
     )
-    # A stopped run of other settings starts again from round 0.
+    # A stopped run of other settings starts again from round 0, and so does
+    # one asked for what a resume cannot carry on (a trace of every round).
     (stopped / "summary.json").unlink()
     clusterfed.compare(
-        scenario, ["fedavg"], out=out, resume=True, overrides=["train.lr=0.2"]
+        scenario,
+        ["fedavg"],
+        out=out,
+        resume=True,
+        overrides=["train.lr=0.2"],
+        checkpoint_every=2,
     )
     assert started == [("fedavg", 0)]
+    (stopped / "summary.json").unlink()
+    assert (stopped / "checkpoint.pkl").is_file()  # of these very settings
+    clusterfed.compare(
+        scenario,
+        ["fedavg"],
+        out=out,
+        resume=True,
+        overrides=["train.lr=0.2"],
+        trace="headers",
+    )
+    assert started == [("fedavg", 0), ("fedavg", 0)]
+
+
+def test_compare_writes_checkpoints_from_the_command_line(tmp_path: Path) -> None:
+    out = tmp_path / "cmp"
+    args = ["compare", "quickstart", "--algorithms", "fedavg", "--rounds", "3"]
+    assert main([*args, "--checkpoint-every", "1", "--out", str(out)]) == 0
+    assert (out / "fedavg" / "checkpoint.pkl").is_file()
 
 
 def test_a_checkpoint_that_cannot_be_resumed_is_run_again_with_a_warning(

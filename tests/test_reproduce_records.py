@@ -254,11 +254,18 @@ def test_a_record_of_a_scenario_edited_since_is_run_again(
     # the rounds (a DP study choosing another batch) must not pass for it.
     name = EXPERIMENT.scenario_for("digits")
     original = BUILTIN[name]
+    for edit in ("train.batch_size=64", "aggregator=median", "partition.kind=shards"):
+        # A value, and a kind whose fields stay at their defaults.
+        monkeypatch.setitem(
+            BUILTIN, name, lambda e=edit: with_overrides(original(), [e])
+        )
+        assert recorded(tmp_path, False)("digits", EXPERIMENT) == set(), edit
+        assert load(tmp_path, [EXPERIMENT], ["digits"], quick=False) == [], edit
+    # A description's words are not what the runs are made of.
     monkeypatch.setitem(
-        BUILTIN, name, lambda: with_overrides(original(), ["train.batch_size=64"])
+        BUILTIN, name, lambda: original().model_copy(update={"description": "new"})
     )
-    assert recorded(tmp_path, False)("digits", EXPERIMENT) == set()
-    assert load(tmp_path, [EXPERIMENT], ["digits"], quick=False) == []
+    assert recorded(tmp_path, False)("digits", EXPERIMENT) == {0, 1}
     # A record from before the digest is judged by its command and rounds.
     path = tmp_path / "digits" / f"{EXPERIMENT.key}.json.gz"
     record = json.loads(gzip.decompress(path.read_bytes()))

@@ -55,15 +55,36 @@ def ring_sizes(
     points: Sequence[tuple[float, float]], near: float = 0.02
 ) -> list[float]:
     """A marker area for each point so that points drawn at (nearly) one place
-    stay visible: hollow markers of growing size, one ring around the other.
-    `near` is in the axes' units (ARI and accuracy both span 0 to 1)."""
-    sizes: list[float] = []
+    stay visible: hollow markers, each a ring larger than every earlier one
+    within `near` of it (in each axis; give coordinates scaled to the axes'
+    spans)."""
+    rings: list[int] = []
     for i, (x, y) in enumerate(points):
-        earlier = sum(
-            abs(x - px) <= near and abs(y - py) <= near for px, py in points[:i]
-        )
-        sizes.append((6.0 + 3.5 * earlier) ** 2)  # the diameter grows by a ring
-    return sizes
+        below = [
+            rings[j]
+            for j, (px, py) in enumerate(points[:i])
+            if abs(x - px) <= near and abs(y - py) <= near
+        ]
+        rings.append(1 + max(below, default=-1))
+    return [(6.0 + 3.5 * ring) ** 2 for ring in rings]  # the diameter grows
+
+
+def _means(outcome: Outcome) -> list[tuple[str, float, float]]:
+    """Each algorithm's mean final ARI and accuracy over its seeds (those
+    with both)."""
+    placed = []
+    for name, by_seed in outcome.seed_summaries.items():
+        aris = [
+            s["ari_final"] for s in by_seed.values() if s.get("ari_final") is not None
+        ]
+        accs = [
+            s["final_mean_acc"]
+            for s in by_seed.values()
+            if s.get("final_mean_acc") is not None
+        ]
+        if aris and accs:
+            placed.append((name, float(np.mean(aris)), float(np.mean(accs))))
+    return placed
 
 
 def accuracy_against_ari(outcomes: Sequence[Outcome], path: Path) -> Path:
@@ -72,6 +93,10 @@ def accuracy_against_ari(outcomes: Sequence[Outcome], path: Path) -> Path:
     marker. Points are hollow and grow where algorithms agree, so that each
     one stays visible as a ring around the others."""
     names = list(dict.fromkeys(n for o in outcomes for n in o.seed_summaries))
+    panels = [_means(o) for o in outcomes]
+    accuracies = [y for placed in panels for _, _, y in placed] or [0.0, 1.0]
+    # Rings are sized in the axes' spans: ARI's 0-1, the accuracy the panels share.
+    low, span = min(accuracies), max(max(accuracies) - min(accuracies), 0.05)
     colours = plt.get_cmap("tab10")
     markers = "osD^v<>"
     fig, axes = plt.subplots(
@@ -81,22 +106,8 @@ def accuracy_against_ari(outcomes: Sequence[Outcome], path: Path) -> Path:
         sharey=True,
         squeeze=False,
     )
-    for ax, outcome in zip(axes[0], outcomes, strict=False):
-        placed: list[tuple[str, float, float]] = []
-        for name, by_seed in outcome.seed_summaries.items():
-            aris = [
-                s["ari_final"]
-                for s in by_seed.values()
-                if s.get("ari_final") is not None
-            ]
-            accs = [
-                s["final_mean_acc"]
-                for s in by_seed.values()
-                if s.get("final_mean_acc") is not None
-            ]
-            if aris and accs:
-                placed.append((name, float(np.mean(aris)), float(np.mean(accs))))
-        sizes = ring_sizes([(x, y) for _, x, y in placed])
+    for ax, outcome, placed in zip(axes[0], outcomes, panels, strict=False):
+        sizes = ring_sizes([(x, (y - low) / span) for _, x, y in placed])
         for (name, x, y), size in zip(placed, sizes, strict=True):
             n = names.index(name)
             ax.scatter(

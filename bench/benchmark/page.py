@@ -286,10 +286,11 @@ def write_page(
             "",
             "## What it cost",
             "",
-            "The recorded runs' own wall time on the machine that ran them. The"
-            " sittings shared a 2-core machine with one or two others, so a run's"
-            " wall time (and the *wall s* column's interval) measures that load"
-            " as well as the algorithm; bytes up and down do not depend on it.",
+            "The recorded runs' own wall time on the machine that ran them. A"
+            " sitting may share its machine with other work (here, a 2-core"
+            " machine with one or two other sittings), so a run's wall time (and"
+            " the *wall s* column's interval) measures that load as well as the"
+            " algorithm; bytes up and down do not depend on it.",
             "",
             *cost(outcomes),
             "",

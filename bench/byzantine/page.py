@@ -15,6 +15,7 @@ from scipy.stats import norm
 
 from clusterfed.actors.attacks import z_max
 from clusterfed.actors.faults import FaultPlan
+from clusterfed.scenarios import load_scenario, with_overrides
 from clusterfed.seeds import interval
 
 from . import (
@@ -25,11 +26,14 @@ from . import (
     DEFENCES,
     FLANDERS,
     FULL,
+    SCENARIO,
+    experiments,
     key,
 )
 
 SEEDS = 3
 """The seeds every cell grows to; a cell with fewer says how many."""
+COUNTS = ("n_clusters_final", "unassigned")
 
 
 def _cell(outcome: Outcome | None, algorithm: str, metric: str, digits: int = 3) -> str:
@@ -45,23 +49,32 @@ def _cell(outcome: Outcome | None, algorithm: str, metric: str, digits: int = 3)
     return text if len(values) >= SEEDS else f"{text} ({len(values)} seeds)"
 
 
+def _plan(attack: str) -> FaultPlan:
+    """The attack as the table runs it: its cell's scenario, resolved."""
+    (experiment,) = [e for e in experiments() if e.key == key(attack, "mean")]
+    scenario = with_overrides(load_scenario(SCENARIO), list(experiment.sets))
+    return scenario.faulty[0].plan()
+
+
 def _parameters() -> str:
-    """The attacks' and rules' settings the table runs, read from the code."""
-    plan = FaultPlan.model_fields
-    beta = next(s for s in DEFENCES["trimmed_mean"] if "beta" in s).split("=")[1]
+    """The attacks' and rules' settings the table runs, read from the
+    resolved scenarios of its cells."""
+    flip, ipm, gauss, backdoor = (
+        _plan(a) for a in ("sign_flip", "ipm", "gaussian", "backdoor")
+    )
+    (trimmed,) = [e for e in experiments() if e.key == key("alie", "trimmed_mean")]
+    rule = with_overrides(load_scenario(SCENARIO), list(trimmed.sets)).aggregator
     n, f = FULL[0], len(FULL[1])
     return (
-        "Settings: sign flip sends its honest delta ×"
-        f" −{plan['scale'].default:g}; IPM −ε × the mean of its coalition's"
-        f" honest updates, ε = {plan['epsilon'].default:g}; ALIE the"
-        " coalition's mean + z·σ with Baruch et al.'s"
+        f"Settings: sign flip sends its honest delta × −{flip.scale:g}; IPM −ε"
+        f" × the mean of its coalition's honest updates, ε = {ipm.epsilon:g};"
+        " ALIE the coalition's mean + z·σ with Baruch et al.'s"
         f" z = {z_max(n, f):.2f} for n = {n}, f = {f}; MinMax, MinSum and Fang"
         " from the coalition's honest updates (partial knowledge); Gaussian"
-        " N(0, 0.05²) per coordinate (an update's scale); the backdoor stamps a"
-        f" {plan['trigger'].default}-pixel square on"
-        f" {plan['poison_share'].default * 100:g} % of an attacker's images, labelled"
-        f" {plan['target'].default}; trimmed mean cuts β = {beta} of the rows"
-        " at each end."
+        f" N(0, {gauss.sigma:g}²) per coordinate; the backdoor stamps a"
+        f" {backdoor.trigger}-pixel square on {backdoor.poison_share * 100:g} %"
+        f" of an attacker's images, labelled {backdoor.target}; trimmed mean"
+        f" cuts β = {getattr(rule, 'beta', '?')} of the rows at each end."
     )
 
 
@@ -167,7 +180,7 @@ def _beside_flanders(by_key: dict[str, Outcome]) -> list[str]:
         " not a replication). *best global*: ours in that measure (the global"
         " model on Fashion-MNIST's test split, the best of rounds 3–50); *final"
         " global*: its last round; *table*: the cell above (the honest"
-        " clients' own test sets, last round).",
+        " clients' final mean accuracy, measured as the top of the page says).",
         "",
         "| attack | defence | FLANDERS | best global | final global | table |",
         "|---|---|---|---|---|---|",
@@ -208,17 +221,20 @@ def _clustered(by_key: dict[str, Outcome], missing: list[str]) -> list[str]:
         " attacker isolated (FedAvg's one cluster: 0). *alone*: the share of"
         " attackers in clusters without an honest member; *exposed*: the"
         " share of honest clients whose cluster holds an attacker; *clusters*:"
-        " how many the final round has; *honest acc*: the honest clients'"
-        " final mean accuracy.",
+        " how many the final round has; *unassigned*: clients the final round"
+        " left without a cluster, out of ARI, *alone* and *exposed*; *honest"
+        " acc*: the honest clients' final mean accuracy.",
         "",
-        "| attack | algorithm | ARI | alone | exposed | clusters | honest acc |",
-        "|---|---|---|---|---|---|---|",
+        "| attack | algorithm | ARI | alone | exposed | clusters | unassigned"
+        " | honest acc |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     metrics = (
         "attacker_ari",
         "attackers_alone",
         "honest_with_attackers",
         "n_clusters_final",
+        "unassigned",
         "honest_acc",
     )
     for attack in CLUSTERED_ATTACKS:
@@ -232,8 +248,7 @@ def _clustered(by_key: dict[str, Outcome], missing: list[str]) -> list[str]:
                 missing.append(f"clustered__{attack} ({algorithm})")
             name = algorithm if algorithm != "fedavg" else f"fedavg + {BEST_DEFENCE}"
             cells = [
-                _cell(outcome, algorithm, m, 1 if m == "n_clusters_final" else 3)
-                for m in metrics
+                _cell(outcome, algorithm, m, 1 if m in COUNTS else 3) for m in metrics
             ]
             lines.append(f"| `{attack}` | {name} | " + " | ".join(cells) + " |")
     return lines

@@ -14,22 +14,29 @@ it is the page the runs themselves give. Gzip: the per-client accuracies of
 a paper-scale page are megabytes of JSON.
 
 A record's command names its scenario, not what the scenario holds, so a
-record also keeps a digest of the scenario its runs were made of (after
-the experiment's overrides): a record of a scenario edited since is neither
-resumed nor shown, and the next sitting replaces it. Records from before
-the digest have none and are judged by their command and rounds alone.
+record also keeps the scenario its runs were made of (after the
+experiment's overrides, without its description): a record of a scenario
+edited since (a field, a kind, a default it relied on) is neither resumed
+nor shown, and the next sitting replaces it; a field added to `Scenario`
+since is read at its default, as `compare --resume` reads a run's
+config.json. The records made before the field were stamped with the
+definitions of 2026-11-28, which their commands and rounds agreed with; a
+record without it is judged by its command and rounds alone, and takes the
+scenario of the next seeds saved into it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
-import hashlib
 import json
 import shlex
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
 
 from clusterfed.scenarios import Scenario, load_scenario
 from clusterfed.scenarios.loader import with_overrides
@@ -68,9 +75,9 @@ def save(outcome: Outcome, records: Path) -> Path:
         outcome.accuracy,
         planned_rounds(outcome.experiment, outcome.dataset, outcome.quick),
     )
-    digest = scenario_digest(outcome.experiment, outcome.dataset)
+    made_of = scenario_of(outcome.experiment, outcome.dataset)
     if earlier is not None and (
-        _settings(earlier) != settings or not _same_scenario(earlier, digest)
+        _settings(earlier) != settings or not _same_scenario(earlier, made_of)
     ):
         print(f"{path}: other settings than this run's; replaced", file=sys.stderr)
     elif earlier is not None:
@@ -106,7 +113,7 @@ def save(outcome: Outcome, records: Path) -> Path:
         "command": outcome.experiment.command(outcome.quick, outcome.dataset, seeds),
         "quick": outcome.quick,
         "accuracy": outcome.accuracy,
-        "scenario": digest,
+        "scenario": made_of,
         "seconds": seconds,
         "out": str(out.relative_to(ROOT) if out.is_relative_to(ROOT) else out),
         "summaries": _sorted(summaries),
@@ -153,7 +160,7 @@ def load(
                     file=sys.stderr,
                 )
                 continue
-            if not _same_scenario(record, scenario_digest(experiment, dataset)):
+            if not _same_scenario(record, scenario_of(experiment, dataset)):
                 print(
                     f"{path}: made of another definition of scenario"
                     f" {experiment.scenario_for(dataset)!r} than today's;"
@@ -191,7 +198,7 @@ def recorded(records: Path, quick: bool) -> Callable[[str, Experiment], set[int]
         record = _read(path)
         same = _settings(record) == _settings_of_run(
             experiment, dataset, quick
-        ) and _same_scenario(record, scenario_digest(experiment, dataset))
+        ) and _same_scenario(record, scenario_of(experiment, dataset))
         return set(_seeds(record)) if same else set()
 
     return seeds
@@ -241,24 +248,23 @@ def planned_rounds(experiment: Experiment, dataset: str, quick: bool) -> int:
     """The rounds a run of `experiment` has now: its --quick rounds, else its
     built-in scenario's after the experiment's overrides. The command names
     the scenario, not what it holds, so a record of a scenario whose rounds
-    changed since is told apart by this (other edits to a built-in scenario
-    need its record removed by hand)."""
+    changed since is told apart by this (and any other edit by the scenario
+    the record keeps)."""
     rounds = experiment.quick_rounds_for(dataset)
     if quick and rounds is not None:
         return rounds
     return _scenario(experiment, dataset).rounds
 
 
-def scenario_digest(experiment: Experiment, dataset: str) -> str:
+def scenario_of(experiment: Experiment, dataset: str) -> dict[str, Any]:
     """What `experiment`'s runs on `dataset` are made of: its built-in
-    scenario after the experiment's overrides, as a digest. Fields left at
-    their defaults are out of it (a field added to `Scenario` later leaves
-    every record standing), and so are the description's words."""
-    data = _scenario(experiment, dataset).model_dump(
-        mode="json", exclude_defaults=True, exclude={"description"}
-    )
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    scenario after the experiment's overrides, every field but the
+    description's words."""
+    return _dump(_scenario(experiment, dataset))
+
+
+def _dump(scenario: Scenario) -> dict[str, Any]:
+    return scenario.model_dump(mode="json", exclude={"description"})
 
 
 def _scenario(experiment: Experiment, dataset: str) -> Scenario:
@@ -266,9 +272,17 @@ def _scenario(experiment: Experiment, dataset: str) -> Scenario:
     return with_overrides(scenario, experiment.overrides(dataset))
 
 
-def _same_scenario(record: dict[str, Any], digest: str) -> bool:
-    # A record from before the digest is judged by its command and rounds.
-    return record.get("scenario", digest) == digest
+def _same_scenario(record: dict[str, Any], made_of: dict[str, Any]) -> bool:
+    stored = record.get("scenario")
+    if stored is None:  # a record from before the field: command and rounds
+        return True
+    if not isinstance(stored, dict):
+        return False
+    # As this version reads it: a field added since gets its default (one it
+    # cannot read is compared as written, and differs).
+    with contextlib.suppress(ValidationError):
+        stored = _dump(Scenario.model_validate({**stored, "description": ""}))
+    return bool(stored == made_of)
 
 
 def _rounds(record: dict[str, Any]) -> int | None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from clusterfed.comparison import CompareResult, compare
 from clusterfed.data.datasets import WITH_TEST_SPLIT
-from clusterfed.scenarios import load_scenario
+from clusterfed.scenarios import load_scenario, with_overrides
 from clusterfed.seeds import (
     Interval,
     interval,
@@ -215,6 +215,15 @@ working session) loses at most this many rounds of it; `--resume` goes on from
 the checkpoint to the rows of a run never stopped."""
 
 
+def _checkpoint_every(exp: Experiment, dataset: str) -> int | None:
+    """`CHECKPOINT_EVERY`, unless the scenario keeps no per-client rows to
+    resume from (`rows = "summary"`: a run refuses checkpoints then)."""
+    scenario = with_overrides(
+        load_scenario(exp.scenario_for(dataset)), exp.overrides(dataset)
+    )
+    return CHECKPOINT_EVERY if scenario.rows == "full" else None
+
+
 def run_all(
     experiments: Sequence[Experiment],
     quick: bool,
@@ -257,7 +266,7 @@ def run_all(
                 overrides=exp.overrides(dataset),
                 # Seed 0 alone is a one-seed comparison (no --seeds in its command).
                 seeds=None if list(seeds) == [0] else todo,
-                checkpoint_every=CHECKPOINT_EVERY,
+                checkpoint_every=_checkpoint_every(exp, dataset),
             )
             seconds = time.perf_counter() - start
             if resume:  # the runs kept took their time in an earlier sitting
