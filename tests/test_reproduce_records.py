@@ -174,18 +174,24 @@ def test_every_seed_keeps_its_final_round_clients_and_their_clusters(
     assert second[-1]["clients"] == [{"id": 0, "acc": 1.2, "cluster": 4}]
 
 
+def _sitting_parser(tmp_path: Path, records: Path) -> Any:
+    from reproduce import sitting
+
+    return sitting.sitting_parser(
+        "a sitting",
+        quick="smoke test",
+        out=str(tmp_path / "runs"),
+        records_folder=records,
+        only="keys",
+    )
+
+
 def test_a_quick_sitting_keeps_its_records_beside_its_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from reproduce import sitting
 
-    parser = sitting.sitting_parser(
-        "a sitting",
-        quick="smoke test",
-        out=str(tmp_path / "runs"),
-        records_folder=tmp_path / "docs",
-        only="keys",
-    )
+    parser = _sitting_parser(tmp_path, tmp_path / "docs")
     folders: list[Path] = []
 
     def load_from(folder: Path, *_: Any) -> list[Outcome]:
@@ -274,3 +280,51 @@ def test_a_record_of_a_scenario_edited_since_is_run_again(
     assert recorded(tmp_path, False)("digits", EXPERIMENT) == {0, 1}
     (back,) = load(tmp_path, [EXPERIMENT], ["digits"], quick=False)
     assert back.seeds == (0, 1)
+
+
+def test_a_sitting_records_each_experiment_as_soon_as_it_has_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A sitting of many experiments (the Byzantine table, the DP study) can
+    # outlast a working session: what finished must be in the records by
+    # then, not after the last experiment.
+    from reproduce import sitting
+
+    parser = _sitting_parser(tmp_path, tmp_path / "records")
+    first, second = ocfl.EXPERIMENTS[0], ocfl.EXPERIMENTS[1]
+
+    def run_all(*_: Any, on_outcome: Any, **__: Any) -> list[Outcome]:
+        on_outcome(outcome("digits", [0], tested=False, experiment=first))
+        raise KeyboardInterrupt  # the session ends during the second
+
+    monkeypatch.setattr(sitting, "run_all", run_all)
+    with pytest.raises(KeyboardInterrupt):
+        sitting.sit(parser, parser.parse_args([]), [first, second], "digits")
+    assert recorded(tmp_path / "records", False)("digits", first) == {0}
+    assert recorded(tmp_path / "records", False)("digits", second) == set()
+
+
+def test_run_all_hands_over_each_outcome_before_the_next_experiment(
+    tmp_path: Path,
+) -> None:
+    from reproduce.runner import run_all
+
+    quick = [
+        Experiment(
+            key=key,
+            scenario="quickstart",
+            algorithms=("fedavg",),
+            sets=("clients=4",),
+            quick_rounds=1,
+        )
+        for key in ("first", "second")
+    ]
+    seen: list[tuple[str, bool]] = []
+
+    def on_outcome(done: Outcome) -> None:
+        # Whether the other experiment had started when this one was handed.
+        seen.append((done.experiment.key, (tmp_path / "digits" / "second").exists()))
+
+    outcomes = run_all(quick, True, tmp_path, [], ["digits"], on_outcome=on_outcome)
+    assert seen == [("first", False), ("second", True)]
+    assert [o.experiment.key for o in outcomes] == ["first", "second"]

@@ -125,6 +125,7 @@ def main() -> None:
         if args.records and args.resume
         else None
     )
+    folder = Path(args.records) if args.records else None
     start = time.perf_counter()
     outcomes = (
         []
@@ -138,13 +139,14 @@ def main() -> None:
             seeds,
             resume=args.resume,
             recorded=recorded,
+            # Each experiment is recorded as soon as it has run.
+            on_outcome=None
+            if folder is None
+            else partial(records.save, records=folder),
         )
     )
     elapsed = time.perf_counter() - start
-    if args.records:
-        folder = Path(args.records)
-        for outcome in outcomes:
-            records.save(outcome, folder)
+    if folder is not None:
         # What ran joins its record's other seeds: the page shows the record.
         outcomes = records.load(folder, EXPERIMENTS, datasets, args.quick)
     several_sittings = args.resume or args.records is not None

@@ -233,13 +233,17 @@ def run_all(
     seeds: Sequence[int] = (0,),
     resume: bool = False,
     recorded: Callable[[str, Experiment], set[int]] | None = None,
+    on_outcome: Callable[[Outcome], object] | None = None,
 ) -> list[Outcome]:
     """Every experiment's comparison into `out/<dataset>/<key>/`; with
     `resume`, runs that finished there with the same settings are kept, runs
     stopped after a checkpoint go on from it (see `compare`), and an
     experiment's seconds are its runs' own wall time.
     `recorded(dataset, experiment)`: the seeds of an experiment kept elsewhere (see
-    records.py), not run again; an experiment with all of them is skipped."""
+    records.py), not run again; an experiment with all of them is skipped.
+    `on_outcome` gets each experiment's outcome as soon as it has run (a
+    sitting records it then, not after every experiment: a sitting of many
+    experiments may end first)."""
     outcomes = []
     keys = {exp.key for exp in experiments}
     for dataset in datasets:
@@ -272,6 +276,8 @@ def run_all(
             if resume:  # the runs kept took their time in an earlier sitting
                 seconds = wall_seconds(result.seed_summaries)
             outcomes.append(_outcome(exp, dataset, seconds, result, folder, quick))
+            if on_outcome is not None:
+                on_outcome(outcomes[-1])
             print(f"{dataset:<14} {exp.key:<22} {seconds:7.1f} s", flush=True)
     return outcomes
 

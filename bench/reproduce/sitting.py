@@ -57,8 +57,9 @@ def sit(
     before_saving: Callable[[Outcome], None] | None = None,
 ) -> list[Outcome]:
     """Run what `--records` lacks of `chosen` on `dataset` (unless --no-run),
-    save each outcome (after `before_saving`, which may add to its
-    summaries), and return every recorded outcome."""
+    save each outcome as soon as its experiment has run (after
+    `before_saving`, which may add to its summaries), and return every
+    recorded outcome."""
     if not args.no_run and not dataset_available(dataset):
         parser.error(
             "Fashion-MNIST is not installed: apt-get install -y dataset-fashion-mnist"
@@ -69,8 +70,14 @@ def sit(
     folder = outcomes_folder(parser, args)
     if not args.no_run:
         recorded = records.recorded(folder, args.quick) if args.resume else None
+
+        def keep(outcome: Outcome) -> None:
+            if before_saving is not None:
+                before_saving(outcome)
+            records.save(outcome, folder)
+
         start = time.perf_counter()
-        outcomes = run_all(
+        run_all(
             chosen,
             args.quick,
             Path(args.out).resolve(),
@@ -79,12 +86,9 @@ def sit(
             seeds,
             resume=args.resume,
             recorded=recorded,
+            on_outcome=keep,
         )
         print(f"ran in {time.perf_counter() - start:.0f} s")
-        for outcome in outcomes:
-            if before_saving is not None:
-                before_saving(outcome)
-            records.save(outcome, folder)
     return records.load(folder, chosen, [dataset], args.quick)
 
 
