@@ -17,6 +17,7 @@ from __future__ import annotations
 from reproduce.runner import Experiment
 
 SCENARIO = "byzantine-fmnist"
+DATASET = "fashion_mnist"
 # Attacks, in the table's order ("none": the faulty clients behave).
 ATTACKS = (
     "none",

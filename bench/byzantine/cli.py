@@ -12,10 +12,9 @@ from reproduce.runner import ROOT, Outcome
 from reproduce.sitting import outcomes_folder, sit, sitting_parser
 from sklearn.metrics import adjusted_rand_score
 
-from . import experiments
+from . import DATASET, experiments
 from .page import write_page
 
-DATASET = "fashion_mnist"
 RECORDS = ROOT / "docs" / "records" / "byzantine"
 
 

@@ -15,7 +15,6 @@ from scipy.stats import norm
 
 from clusterfed.actors.attacks import z_max
 from clusterfed.actors.faults import FaultPlan
-from clusterfed.scenarios import load_scenario, with_overrides
 from clusterfed.seeds import interval
 
 from . import (
@@ -23,10 +22,10 @@ from . import (
     BEST_DEFENCE,
     CLUSTERED,
     CLUSTERED_ATTACKS,
+    DATASET,
     DEFENCES,
     FLANDERS,
     FULL,
-    SCENARIO,
     experiments,
     key,
 )
@@ -52,8 +51,7 @@ def _cell(outcome: Outcome | None, algorithm: str, metric: str, digits: int = 3)
 def _plan(attack: str) -> FaultPlan:
     """The attack as the table runs it: its cell's scenario, resolved."""
     (experiment,) = [e for e in experiments() if e.key == key(attack, "mean")]
-    scenario = with_overrides(load_scenario(SCENARIO), list(experiment.sets))
-    return scenario.faulty[0].plan()
+    return experiment.resolved(DATASET).faulty[0].plan()
 
 
 def _parameters() -> str:
@@ -63,7 +61,7 @@ def _parameters() -> str:
         _plan(a) for a in ("sign_flip", "ipm", "gaussian", "backdoor")
     )
     (trimmed,) = [e for e in experiments() if e.key == key("alie", "trimmed_mean")]
-    rule = with_overrides(load_scenario(SCENARIO), list(trimmed.sets)).aggregator
+    rule = trimmed.resolved(DATASET).aggregator
     n, f = FULL[0], len(FULL[1])
     return (
         f"Settings: sign flip sends its honest delta × −{flip.scale:g}; IPM −ε"

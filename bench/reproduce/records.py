@@ -38,8 +38,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from clusterfed.scenarios import Scenario, load_scenario
-from clusterfed.scenarios.loader import with_overrides
+from clusterfed.scenarios import Scenario
 
 from .runner import (
     HOLD_OUT,
@@ -253,23 +252,18 @@ def planned_rounds(experiment: Experiment, dataset: str, quick: bool) -> int:
     rounds = experiment.quick_rounds_for(dataset)
     if quick and rounds is not None:
         return rounds
-    return _scenario(experiment, dataset).rounds
+    return experiment.resolved(dataset).rounds
 
 
 def scenario_of(experiment: Experiment, dataset: str) -> dict[str, Any]:
     """What `experiment`'s runs on `dataset` are made of: its built-in
     scenario after the experiment's overrides, every field but the
     description's words."""
-    return _dump(_scenario(experiment, dataset))
+    return _dump(experiment.resolved(dataset))
 
 
 def _dump(scenario: Scenario) -> dict[str, Any]:
     return scenario.model_dump(mode="json", exclude={"description"})
-
-
-def _scenario(experiment: Experiment, dataset: str) -> Scenario:
-    scenario = load_scenario(experiment.scenario_for(dataset))
-    return with_overrides(scenario, experiment.overrides(dataset))
 
 
 def _same_scenario(record: dict[str, Any], made_of: dict[str, Any]) -> bool:

@@ -12,7 +12,7 @@ from typing import Any
 
 from clusterfed.comparison import CompareResult, compare
 from clusterfed.data.datasets import WITH_TEST_SPLIT
-from clusterfed.scenarios import load_scenario, with_overrides
+from clusterfed.scenarios import Scenario, load_scenario, with_overrides
 from clusterfed.seeds import (
     Interval,
     interval,
@@ -88,6 +88,12 @@ class Experiment:
         for assignment in self.overrides(dataset):
             parts += ["--set", assignment]
         return shlex.join(parts)
+
+    def resolved(self, dataset: str) -> Scenario:
+        """The scenario its runs on `dataset` are made of: the built-in one
+        after the experiment's overrides."""
+        scenario = load_scenario(self.scenario_for(dataset))
+        return with_overrides(scenario, self.overrides(dataset))
 
     def overrides(self, dataset: str) -> list[str]:
         if dataset == "digits" or self.scenario_for(dataset) != self.scenario:
@@ -218,10 +224,7 @@ the checkpoint to the rows of a run never stopped."""
 def _checkpoint_every(exp: Experiment, dataset: str) -> int | None:
     """`CHECKPOINT_EVERY`, unless the scenario keeps no per-client rows to
     resume from (`rows = "summary"`: a run refuses checkpoints then)."""
-    scenario = with_overrides(
-        load_scenario(exp.scenario_for(dataset)), exp.overrides(dataset)
-    )
-    return CHECKPOINT_EVERY if scenario.rows == "full" else None
+    return CHECKPOINT_EVERY if exp.resolved(dataset).rows == "full" else None
 
 
 def run_all(
