@@ -188,11 +188,7 @@ def resume(
         raise ConfigError(f"{folder}: no run to resume: {exc}") from exc
     if _finished(folder):
         raise ConfigError(f"{folder}: the run finished (summary.json): nothing to do")
-    checkpoint = read_checkpoint(folder)
-    if canonical(checkpoint.scenario) != canonical(config.get("scenario")):
-        raise ConfigError(
-            f"{folder}: the checkpoint belongs to another scenario than config.json"
-        )
+    checkpoint = checkpoint_of(folder, config)
     scenario = validate(checkpoint.scenario, source=str(folder / "config.json"))
     # An interrupted run's summary covers the rounds before the interrupt.
     (folder / "summary.json").unlink(missing_ok=True)
@@ -215,6 +211,22 @@ def resume(
             logs=parse_logs(config.get("log")),
         )
     )
+
+
+def checkpoint_of(folder: Path, config: dict[str, Any]) -> Checkpoint:
+    """The checkpoint of the run in `folder`, whose config.json holds
+    `config`.
+
+    Raises:
+        ConfigError: what `read_checkpoint` refuses, or a checkpoint of
+            another scenario than config.json's.
+    """
+    checkpoint = read_checkpoint(folder)
+    if canonical(checkpoint.scenario) != canonical(config.get("scenario")):
+        raise ConfigError(
+            f"{folder}: the checkpoint belongs to another scenario than config.json"
+        )
+    return checkpoint
 
 
 def _finished(folder: Path) -> bool:

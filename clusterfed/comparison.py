@@ -27,8 +27,8 @@ from clusterfed.actors.compute import check_device
 from clusterfed.errors import ConfigError
 from clusterfed.scenarios import Scenario, load_scenario, with_overrides
 
-from .api import RunResult, resume, run
-from .checkpoint import CHECKPOINT, read_checkpoint
+from .api import RunResult, checkpoint_of, resume, run
+from .checkpoint import CHECKPOINT
 from .diff import differences
 from .folders import claim, default_folder, note, point_latest, safe_name
 from .results import load
@@ -298,7 +298,8 @@ def _resumed(
     one and was of `scenario`'s very settings; None otherwise (it is then
     run afresh). A run given an option `resume` cannot carry on (a trace, a
     tracker, a callback) starts again too, and so does one whose checkpoint
-    cannot be read (damaged, or of another format), said in a warning."""
+    cannot be read (damaged, of another format, or of another scenario
+    than its config.json), said in a warning."""
     if not (folder / CHECKPOINT).is_file():
         return None
     unsupported = [
@@ -315,7 +316,7 @@ def _resumed(
     if _changed(scenario, config.get("scenario")):
         return None
     try:
-        read_checkpoint(folder)
+        checkpoint_of(folder, config)
     except ConfigError as exc:
         warnings.warn(
             f"{folder}: not resumed ({exc}); it runs again from the start",

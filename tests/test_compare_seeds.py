@@ -333,24 +333,27 @@ def test_resume_runs_only_what_did_not_finish_and_adds_seeds(
     assert started == []
 
 
+# IFCA has both modes: an async checkpoint holds the event queue and the
+# tasks in flight, which a sync one has not.
+@pytest.mark.parametrize(("algorithm", "mode"), [("fedavg", "sync"), ("ifca", "async")])
 def test_resume_goes_on_from_a_stopped_runs_checkpoint(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, algorithm: str, mode: str
 ) -> None:
     out = tmp_path / "cmp"
-    scenario = small_scenario(rounds=5)
-    whole = clusterfed.compare(scenario, ["fedavg"], out=out, checkpoint_every=2)
-    # As if the sitting had been stopped while fedavg wrote round 5's row.
-    stopped = out / "fedavg"
+    scenario = small_scenario(rounds=5, algorithm=algorithm, mode=mode)
+    whole = clusterfed.compare(scenario, [algorithm], out=out, checkpoint_every=2)
+    # As if the sitting had been stopped while it wrote round 5's row.
+    stopped = out / algorithm
     (stopped / "summary.json").unlink()
     with (stopped / "rounds.jsonl").open("a") as stream:
         stream.write('{"round": 4, "sim_ti')
     started = _count_runs(monkeypatch)
     resumed = clusterfed.compare(
-        scenario, ["fedavg"], out=out, resume=True, checkpoint_every=2
+        scenario, [algorithm], out=out, resume=True, checkpoint_every=2
     )
     assert started == []  # continued from round 4, not run again
-    assert without_wall_time(resumed.runs["fedavg"].rows) == without_wall_time(
-        whole.runs["fedavg"].rows
+    assert without_wall_time(resumed.runs[algorithm].rows) == without_wall_time(
+        whole.runs[algorithm].rows
     )
     # A stopped run of other settings starts again from round 0, and so does
     # one asked for what a resume cannot carry on (a trace of every round).
@@ -360,13 +363,13 @@ def test_resume_goes_on_from_a_stopped_runs_checkpoint(
         assert (stopped / "checkpoint.pkl").is_file()
         clusterfed.compare(
             scenario,
-            ["fedavg"],
+            [algorithm],
             out=out,
             resume=True,
             overrides=["train.lr=0.2"],
             **option,
         )
-    assert started == [("fedavg", 0), ("fedavg", 0)]
+    assert started == [(algorithm, 0), (algorithm, 0)]
 
 
 def test_compare_writes_checkpoints_from_the_command_line(tmp_path: Path) -> None:
@@ -376,17 +379,27 @@ def test_compare_writes_checkpoints_from_the_command_line(tmp_path: Path) -> Non
     assert (out / "fedavg" / "checkpoint.pkl").is_file()
 
 
+@pytest.mark.parametrize("damage", ["truncated", "of another scenario"])
 def test_a_checkpoint_that_cannot_be_resumed_is_run_again_with_a_warning(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str
 ) -> None:
     out = tmp_path / "cmp"
     scenario = small_scenario(rounds=3)
     clusterfed.compare(scenario, ["fedavg"], out=out, checkpoint_every=1)
     (out / "fedavg" / "summary.json").unlink()
     checkpoint = out / "fedavg" / "checkpoint.pkl"
-    checkpoint.write_bytes(checkpoint.read_bytes()[:-7])  # a truncated copy
+    if damage == "truncated":
+        checkpoint.write_bytes(checkpoint.read_bytes()[:-7])
+    else:  # config.json still of `scenario`: only the checkpoint differs
+        other = tmp_path / "other"
+        clusterfed.compare(
+            scenario, ["fedavg"], out=other, checkpoint_every=1, overrides=["seed=1"]
+        )
+        for name in ("checkpoint.pkl", "rounds.jsonl"):
+            (out / "fedavg" / name).write_bytes((other / "fedavg" / name).read_bytes())
     started = _count_runs(monkeypatch)
-    with pytest.warns(UserWarning, match="not resumed"):
+    reason = "damaged" if damage == "truncated" else "another scenario"
+    with pytest.warns(UserWarning, match=f"not resumed.*{reason}"):
         clusterfed.compare(scenario, ["fedavg"], out=out, resume=True)
     assert started == [("fedavg", 0)]
 
