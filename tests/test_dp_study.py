@@ -23,8 +23,19 @@ from reproduce.runner import make_outcome  # noqa: E402
 
 def test_every_cell_validates_for_each_of_its_algorithms() -> None:
     cells = dp_study.experiments()
-    assert len(cells) == 3 * 3 * 2 + 3 * 2
+    screens = dp_study.screens()
+    assert len(screens) == 3 * 3 * 2 + 3 * 2 and len(cells) == 2 * len(screens)
     assert len({c.key for c in cells}) == len(cells)
+    # Each screen runs the method under study, its companion the rest.
+    by_key = {c.key: c for c in cells}
+    for screen in screens:
+        companion = by_key[dp_study.companion_key(screen.key)]
+        assert companion.sets == screen.sets
+        assert screen.algorithms + companion.algorithms in (
+            dp_study.ALGORITHMS,
+            dp_study.CLIENT_ALGORITHMS,
+        )
+        assert companion.quick_rounds is None  # --quick runs the screens alone
     for cell in cells:
         for algorithm in cell.algorithms:
             scenario = with_overrides(
@@ -115,25 +126,30 @@ def _cell_outcome(key: str, finals: dict[str, list[float]]) -> Any:
 
 
 def _sample_study(
-    dcfl: dict[str, list[float]], cfl: dict[str, list[float]] | None = None
+    dcfl: dict[str, list[float]],
+    cfl: dict[str, list[float]] | None = None,
+    companions: bool = True,
 ) -> list[Any]:
-    """Every local-DP cell at DCFL 0.3 (one seed) unless `dcfl` says, CFL at
-    the paper's 0.64 unless `cfl` says, FedAvg at its 0.54."""
-    return [
-        _cell_outcome(
-            c.key,
-            {
-                "dcfl": dcfl.get(c.key, [0.3]),
-                "cfl": (cfl or {}).get(c.key, [0.64]),
-                "fedavg": [0.54],
-            },
-        )
-        for c in dp_study.experiments()
-        if c.key.startswith("sample-")
-    ]
+    """Every local-DP cell's screen at DCFL 0.3 (one seed) unless `dcfl`
+    says, then its companion (unless not `companions`): CFL at the paper's
+    0.64 unless `cfl` says, FedAvg at its 0.54."""
+    study = []
+    for c in dp_study.screens():
+        if not c.key.startswith("sample-"):
+            continue
+        study.append(_cell_outcome(c.key, {"dcfl": dcfl.get(c.key, [0.3])}))
+        if companions:
+            others = {"cfl": (cfl or {}).get(c.key, [0.64]), "fedavg": [0.54]}
+            study.append(_cell_outcome(dp_study.companion_key(c.key), others))
+    return study
 
 
-KEYS = [c.key for c in dp_study.experiments()]
+KEYS = [c.key for c in dp_study.screens()]
+
+
+def _both(study: list[Any], key: str) -> Any:
+    (cell,) = [c for c in page.cells(study, key) if c.screen.experiment.key == key]
+    return cell.both
 
 
 def test_the_best_two_are_chosen_by_dcfls_accuracy_not_the_claim() -> None:
@@ -147,15 +163,21 @@ def test_the_best_two_are_chosen_by_dcfls_accuracy_not_the_claim() -> None:
     }
     broken = {"sample-b256-c1-run": [0.95], "sample-b256-c10-run": [0.95]}
     study = _sample_study(finals, broken)
-    assert page._ordering(study[KEYS.index("sample-b64-c1-run")]).startswith("yes")
-    assert page._ordering(study[KEYS.index("sample-b256-c1-run")]).startswith("no")
+    assert page._ordering(_both(study, "sample-b64-c1-run")).startswith("yes")
+    assert page._ordering(_both(study, "sample-b256-c1-run")).startswith("no")
     chosen = selection.select(KEYS, study, selection.SAMPLE)
     assert chosen.best == (("sample-b256-c1-run", 0.90), ("sample-b256-c10-run", 0.85))
+    # The cell nearest the paper's DCFL runs its seeds too, beside the two.
+    assert chosen.nearest == ("sample-b64-c1-run", 0.70)
+    runs = [
+        run
+        for key in ("sample-b256-c1-run", "sample-b256-c10-run", "sample-b64-c1-run")
+        for run in (key, f"{key}-cfl-fedavg")
+    ]
     assert chosen.command == (
-        "python bench/dp_study.py --only sample-b256-c1-run sample-b256-c10-run"
-        " --seeds 3 --resume"
+        f"python bench/dp_study.py --only {' '.join(runs)} --seeds 3 --resume"
     )
-    assert chosen.waiting == ("sample-b256-c1-run", "sample-b256-c10-run")
+    assert chosen.waiting == tuple(runs)
     assert chosen.default is None
 
 
@@ -168,9 +190,12 @@ def test_the_default_is_the_better_of_the_two_over_three_seeds() -> None:
     }
     chosen = selection.select(KEYS, _sample_study(finals), selection.SAMPLE)
     assert [k for k, _ in chosen.best] == list(finals)
+    assert chosen.nearest == ("sample-b256-c10-run", 0.85)  # one of the two
     assert chosen.default == ("sample-b256-c10-run", pytest.approx(0.84))
     said = "\n".join(selection.describe(chosen))
     assert "Default: `sample-b256-c10-run`" in said and "dcfl's final" in said
+    # The companions have one seed: the default stands, their seeds wait.
+    assert "pending 3 seeds of `sample-b256-c1-run-cfl-fedavg`" in said
 
 
 def test_nothing_is_chosen_before_every_cell_has_a_seed() -> None:
@@ -184,18 +209,22 @@ def test_dp_fedavg_cells_are_chosen_by_fedavgs_accuracy() -> None:
     # IFCA is best at c0.1-fixed, FedAvg at c10-adaptive and c1-adaptive.
     fedavg = {"client-c10-adaptive": 0.6, "client-c1-adaptive": 0.5}
     study = [
-        _cell_outcome(
-            k,
-            {
-                "fedavg": [fedavg.get(k, 0.2)],
-                "ifca": [0.9 if k == "client-c0.1-fixed" else 0.1],
-            },
-        )
+        outcome
         for k in KEYS
         if k.startswith("client-")
+        for outcome in (
+            _cell_outcome(k, {"fedavg": [fedavg.get(k, 0.2)]}),
+            _cell_outcome(
+                f"{k}-ifca", {"ifca": [0.9 if k == "client-c0.1-fixed" else 0.1]}
+            ),
+        )
     ]
     chosen = selection.select(KEYS, study, selection.CLIENT)
     assert [k for k, _ in chosen.best] == ["client-c10-adaptive", "client-c1-adaptive"]
+    assert chosen.nearest is None  # the paper has no DP-FedAvg figure
+    assert "--only client-c10-adaptive client-c10-adaptive-ifca client-c1" in (
+        chosen.command or ""
+    )
     # Equal values keep the study's order.
     tied = selection.select(
         KEYS,
@@ -211,7 +240,10 @@ def test_the_page_names_the_two_and_their_command(tmp_path: Path) -> None:
     page.write_page(study, "python bench/dp_study.py --no-run", written, tmp_path)
     text = written.read_text()
     assert "`sample-b16-c10-round` (0.800), `sample-b64-c1-run` (0.700)" in text
-    assert "--only sample-b16-c10-round sample-b64-c1-run --seeds 3 --resume" in text
+    assert (
+        "--only sample-b16-c10-round sample-b16-c10-round-cfl-fedavg"
+        " sample-b64-c1-run sample-b64-c1-run-cfl-fedavg --seeds 3 --resume"
+    ) in text
 
 
 def test_beside_table_one_the_nearest_cell_and_the_scenarios_own() -> None:
@@ -219,11 +251,38 @@ def test_beside_table_one_the_nearest_cell_and_the_scenarios_own() -> None:
     # scenario runs b16-c1-run (DCFL 0.3): both named, each with its ordering.
     study = _sample_study({"sample-b64-c1-run": [0.72]})
     lines = "\n".join(page.paper_page_lines(study))
-    assert "Nearest the paper's Table I: `sample-b64-c1-run` (batch 64, C = 1," in lines
-    assert "gap 0.000 at 1 seed; the paper's ordering there: yes (points" in lines
+    assert (
+        "DCFL nearest the paper's 0.72: `sample-b64-c1-run` (batch 64, C = 1," in lines
+    )
+    assert "gap 0.000 at 1 / 1 seeds; the paper's ordering there: yes (points" in lines
     assert "own setting: `sample-b16-c1-run`" in lines
-    assert "| 64 | 1 | run | 1 | 0.720 | 0.640 | 0.540 | 0.000 |" in lines
+    assert "| 64 | 1 | run | 1 / 1 | 0.720 | 0.640 | 0.540 | 0.000 |" in lines
     assert "No cell is recorded yet" in "\n".join(page.paper_page_lines([]))
+
+
+def test_a_screened_cell_says_its_ordering_is_not_known() -> None:
+    # DCFL alone at every cell: nearest and table name no CFL or FedAvg.
+    study = _sample_study({"sample-b64-c1-run": [0.72]}, companions=False)
+    lines = "\n".join(page.paper_page_lines(study))
+    assert (
+        "DCFL at 1 seed; CFL and FedAvg not run there yet, so the paper's"
+        " ordering is not known"
+    ) in lines
+    assert "| 64 | 1 | run | 1 | 0.720 | — | — | — | — |" in lines
+
+
+def test_a_sitting_runs_the_screens_unless_told_otherwise(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from dp_study import cli
+
+    asked: list[list[str]] = []
+    monkeypatch.setattr(cli, "sit", lambda _p, args, *_a: asked.append(args.only) or [])
+    monkeypatch.setattr(cli, "write_page", lambda *_: None)
+    for argv in ([], ["--only", "sample-b64-c1-run-cfl-fedavg"]):
+        monkeypatch.setattr(sys, "argv", ["dp_study.py", "--out", str(tmp_path), *argv])
+        cli.main()
+    assert asked == [KEYS, ["sample-b64-c1-run-cfl-fedavg"]]
 
 
 def test_the_paper_scale_page_reads_the_study_from_its_records(
@@ -242,7 +301,7 @@ def test_the_paper_scale_page_reads_the_study_from_its_records(
         save(outcome, folder)
     (lines,) = dp_study_lines(folder, quick=False).values()
     text = "\n".join(lines)
-    assert "Nearest the paper's Table I: `sample-b256-c10-round`" in text
+    assert "DCFL nearest the paper's 0.72: `sample-b256-c10-round`" in text
     assert dp_study_lines(tmp_path / "none", quick=False) == {
         "fashion_mnist": page.paper_page_lines([])
     }

@@ -10,7 +10,7 @@ from pathlib import Path
 from reproduce.runner import ROOT
 from reproduce.sitting import outcomes_folder, sit, sitting_parser
 
-from . import experiments
+from . import experiments, screens
 from .page import write_page
 
 DATASET = "fashion_mnist"
@@ -24,9 +24,13 @@ def main() -> None:
         " goes beside the runs, not into docs/)",
         out="runs/dp-study",
         records_folder=RECORDS,
-        only="cells (sample-b64-c1-run, client-c1-adaptive, ...)",
+        only="experiments (sample-b64-c1-run, its companion"
+        " sample-b64-c1-run-cfl-fedavg, client-c1-adaptive, ...; default: every"
+        " cell's screen)",
     )
     args = parser.parse_args()
+    if not args.only:  # the companions run when the selection names them
+        args.only = [e.key for e in screens()]
     outcomes = sit(parser, args, experiments(), DATASET)
     out = Path(args.out).resolve()
     page = out / "DP-STUDY.md" if args.quick else ROOT / "docs" / "DP-STUDY.md"

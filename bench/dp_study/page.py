@@ -1,11 +1,13 @@
 """docs/DP-STUDY.md from the study's records: each cell's final accuracy per
-algorithm beside DCFL's Table I, how far it is from the paper's, whether
-the paper's ordering (DCFL > CFL > FedAvg) holds there, and where issue
-35's selection rule stands (selection.py)."""
+algorithm beside DCFL's Table I (its screen's, and its companion's where the
+selection ran it), how far it is from the paper's, whether the paper's
+ordering (DCFL > CFL > FedAvg) holds there, and where issue 35's selection
+rule stands (selection.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from reproduce.runner import Outcome, summary_value
@@ -19,12 +21,55 @@ from . import (
     CLIENT_ALGORITHMS,
     PAPER_FINAL,
     SCENARIO,
-    experiments,
+    companion_key,
     sample_key,
+    screens,
 )
 from .selection import CLIENT, SAMPLE, describe, select
 
 FINAL = summary_value("final_mean_acc")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A cell's records: its screen's and its companion's, and the two as
+    one outcome (`both`: every algorithm's seeds, which `paired` pairs)."""
+
+    screen: Outcome
+    companion: Outcome | None
+
+    @property
+    def both(self) -> Outcome:
+        if self.companion is None:
+            return self.screen
+        return replace(
+            self.screen,
+            seed_summaries={
+                **self.screen.seed_summaries,
+                **self.companion.seed_summaries,
+            },
+            seed_rows={**self.screen.seed_rows, **self.companion.seed_rows},
+            seeds=tuple(sorted({*self.screen.seeds, *self.companion.seeds})),
+        )
+
+    @property
+    def seeds(self) -> str:
+        """The screen's seeds, and the companion's after a slash."""
+        found = str(len(self.screen.seeds))
+        if self.companion is not None:
+            found += f" / {len(self.companion.seeds)}"
+        return found
+
+
+def cells(outcomes: Sequence[Outcome], prefix: str) -> list[Cell]:
+    """The recorded cells whose keys start with `prefix`, in the study's
+    order (a companion without its screen is left out)."""
+    by_key = {o.experiment.key: o for o in outcomes}
+    return [
+        Cell(by_key[s.key], by_key.get(companion_key(s.key)))
+        for s in screens()
+        if s.key.startswith(prefix) and s.key in by_key
+    ]
 
 
 def _finals(outcome: Outcome, algorithm: str) -> list[float]:
@@ -101,31 +146,44 @@ def _paper_numbers() -> str:
     return " / ".join(f"{v:.2f}" for v in PAPER_FINAL.values())
 
 
-def _at(outcome: Outcome) -> str:
+def _at(cell: Cell) -> str:
+    outcome = cell.both
     distance = _distance(outcome)
     gap = "—" if distance is None else f"{distance:.3f}"
-    seeds = len(outcome.seeds)
-    return (
+    seeds = len(cell.screen.seeds)
+    said = (
         f"`{outcome.experiment.key}` ({_setting_words(outcome)}): DCFL / CFL /"
         " FedAvg "
         + " / ".join(_cell(_finals(outcome, a)) for a in ALGORITHMS)
-        + f" against the paper's {_paper_numbers()},"
-        f" gap {gap} at {seeds} seed{'s' if seeds != 1 else ''}; the paper's"
-        f" ordering there: {_ordering(outcome)}"
+        + f" against the paper's {_paper_numbers()}"
+    )
+    if cell.companion is None:
+        return (
+            f"{said}, DCFL at {seeds} seed{'s' if seeds != 1 else ''}; CFL and"
+            " FedAvg not run there yet, so the paper's ordering is not known"
+        )
+    return (
+        f"{said}, gap {gap} at {cell.seeds} seeds; the paper's ordering there:"
+        f" {_ordering(outcome)}"
     )
 
 
+def _dcfl_gap(cell: Cell) -> float:
+    mean = _mean(_finals(cell.screen, "dcfl"))
+    return abs((mean if mean is not None else 0.0) - PAPER_FINAL["dcfl"])
+
+
 def nearest_lines(outcomes: Sequence[Outcome]) -> list[str]:
-    """Which local-DP cell brings DCFL's three numbers nearest the paper's
-    Table I (the smallest mean absolute gap; the first listed of equals),
-    and the scenario's own cell, each with the paper's ordering there."""
-    sample = [o for o in outcomes if o.experiment.key.startswith("sample-")]
-    complete = [o for o in sample if _distance(o) is not None]
-    if not complete:
-        return ["Nearest the paper: no cell has DCFL, CFL and FedAvg recorded yet."]
-    nearest = min(complete, key=lambda o: _distance(o) or 0.0)
-    lines = [f"- Nearest the paper's Table I: {_at(nearest)}."]
-    own = next((o for o in sample if o.experiment.key == _scenario_key()), None)
+    """Which local-DP cell brings DCFL nearest the paper's Table I (its
+    final accuracy's distance to the paper's, over the seeds it has; the
+    first listed of equals), and the scenario's own cell, each with the
+    paper's ordering there where CFL and FedAvg have run."""
+    sample = [c for c in cells(outcomes, "sample-") if _finals(c.screen, "dcfl")]
+    if not sample:
+        return ["Nearest the paper: no cell has DCFL recorded yet."]
+    nearest = min(sample, key=_dcfl_gap)
+    lines = [f"- DCFL nearest the paper's {PAPER_FINAL['dcfl']:.2f}: {_at(nearest)}."]
+    own = next((c for c in sample if c.screen.experiment.key == _scenario_key()), None)
     if own is None:
         lines.append(
             f"- The scenario's own setting (`{_scenario_key()}`) is not recorded yet."
@@ -139,45 +197,46 @@ def nearest_lines(outcomes: Sequence[Outcome]) -> list[str]:
 
 def study_lines(outcomes: Sequence[Outcome]) -> list[str]:
     """Both tables of the study with where the selection rule stands."""
-    sample = [o for o in outcomes if o.experiment.key.startswith("sample-")]
-    client = [o for o in outcomes if o.experiment.key.startswith("client-")]
     lines = [
-        '**Local DP-SGD** (`dp.mechanism = "sample"`)',
+        '**Local DP-SGD** (`dp.mechanism = "sample"`); *seeds*: DCFL\'s, and'
+        " CFL's and FedAvg's after the slash where the selection ran them",
         "",
         "| batch | C | horizon | seeds | dcfl | cfl | fedavg | gap | ordering |",
         "|---:|---:|---|---:|---:|---:|---:|---:|---|",
     ]
-    for outcome in sample:
+    for cell in cells(outcomes, "sample-"):
+        outcome = cell.both
         sets = dict(s.split("=", 1) for s in outcome.experiment.sets)
         distance = _distance(outcome)
         lines.append(
             f"| {sets['train.batch_size']} | {sets['dp.max_grad_norm']}"
-            f" | {sets['dp.horizon']} | {len(outcome.seeds)}"
+            f" | {sets['dp.horizon']} | {cell.seeds}"
             + "".join(f" | {_cell(_finals(outcome, a))}" for a in ALGORITHMS)
             + f" | {'—' if distance is None else f'{distance:.3f}'}"
             f" | {_ordering(outcome)} |"
         )
-    cells = [e.key for e in experiments()]
-    lines += ["", *describe(select(cells, outcomes, SAMPLE))]
+    keys = [e.key for e in screens()]
+    lines += ["", *describe(select(keys, outcomes, SAMPLE))]
     lines += [
         "",
         '**DP-FedAvg** (`dp.mechanism = "client"`): client-level DP adds the'
         " server's noise to each cluster's sum of clipped updates: of DCFL's"
         " three algorithms only FedAvg aggregates so (DCFL and CFL are refused"
-        " at validation), so IFCA stands in for a clustered one.",
+        " at validation), so IFCA stands in for a clustered one. *seeds*:"
+        " FedAvg's, and IFCA's after the slash where the selection ran it.",
         "",
         "| bound | clipping | seeds | " + " | ".join(CLIENT_ALGORITHMS) + " |",
         "|---:|---|---:|" + "---:|" * len(CLIENT_ALGORITHMS),
     ]
-    for outcome in client:
+    for cell in cells(outcomes, "client-"):
+        outcome = cell.both
         sets = dict(s.split("=", 1) for s in outcome.experiment.sets)
         lines.append(
-            f"| {sets['dp.clip_norm']} | {sets['dp.clipping']}"
-            f" | {len(outcome.seeds)}"
+            f"| {sets['dp.clip_norm']} | {sets['dp.clipping']} | {cell.seeds}"
             + "".join(f" | {_cell(_finals(outcome, a))}" for a in CLIENT_ALGORITHMS)
             + " |"
         )
-    return lines + ["", *describe(select(cells, outcomes, CLIENT))]
+    return lines + ["", *describe(select(keys, outcomes, CLIENT))]
 
 
 def setting_words() -> str:
@@ -193,7 +252,10 @@ def setting_words() -> str:
         " clipping bound C and what ε covers (the whole run or each round)."
         " Each cell is the final mean client accuracy, the mean over the"
         " cell's seeds ± the half-width of its 95 % Student t interval (one"
-        f" seed: the value alone). The paper: {paper}. *gap*: the mean"
+        " seed: the value alone). Every cell runs DCFL (DP-FedAvg's: FedAvg)"
+        " at one seed first; CFL and FedAvg (IFCA) run beside it, at 3 seeds,"
+        " only in the cells the selection below picks, where the paper's"
+        f" ordering is asked. The paper: {paper}. *gap*: the mean"
         " absolute difference of the three to the paper's; *ordering*: the"
         " paper's DCFL > CFL > FedAvg, from the seed-by-seed differences'"
         " intervals where a cell has seeds, else the point estimates (which"
