@@ -44,6 +44,19 @@ def test_every_cell_validates_for_each_of_its_algorithms() -> None:
             assert scenario.dp is not None and scenario.dp.epsilon == 10
 
 
+def test_every_experiment_resolves_to_a_scenario_for_its_records() -> None:
+    # DCFL's scenario refuses client-level DP for DCFL itself: a record of
+    # those cells keeps the scenario of their first algorithm.
+    from reproduce.records import scenario_of
+
+    for experiment in dp_study.experiments():
+        made_of = scenario_of(experiment, "fashion_mnist")
+        mechanism = "client" if experiment.key.startswith("client-") else "sample"
+        assert made_of["dp"]["mechanism"] == mechanism
+        expected = "dcfl" if mechanism == "sample" else experiment.algorithms[0]
+        assert made_of["algorithm"] == expected
+
+
 FMNIST = pytest.mark.skipif(
     not available("fashion_mnist"), reason="needs Fashion-MNIST"
 )

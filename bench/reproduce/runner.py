@@ -12,6 +12,7 @@ from typing import Any
 
 from clusterfed.comparison import CompareResult, compare
 from clusterfed.data.datasets import WITH_TEST_SPLIT
+from clusterfed.errors import ScenarioError
 from clusterfed.scenarios import Scenario, load_scenario, with_overrides
 from clusterfed.seeds import (
     Interval,
@@ -91,9 +92,17 @@ class Experiment:
 
     def resolved(self, dataset: str) -> Scenario:
         """The scenario its runs on `dataset` are made of: the built-in one
-        after the experiment's overrides."""
+        after the experiment's overrides, with its own algorithm, or with
+        the experiment's first where the overrides refuse that one (the DP
+        study's client-level cells on DCFL's scenario; every record made
+        before that case kept the scenario's own)."""
         scenario = load_scenario(self.scenario_for(dataset))
-        return with_overrides(scenario, self.overrides(dataset))
+        try:
+            return with_overrides(scenario, self.overrides(dataset))
+        except ScenarioError:
+            return with_overrides(
+                scenario, self.overrides(dataset), algorithm=self.algorithms[0]
+            )
 
     def overrides(self, dataset: str) -> list[str]:
         if dataset == "digits" or self.scenario_for(dataset) != self.scenario:
