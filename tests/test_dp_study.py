@@ -265,7 +265,8 @@ def test_beside_table_one_the_nearest_cell_and_the_scenarios_own() -> None:
     study = _sample_study({"sample-b64-c1-run": [0.72]})
     lines = "\n".join(page.paper_page_lines(study))
     assert (
-        "DCFL nearest the paper's 0.72: `sample-b64-c1-run` (batch 64, C = 1," in lines
+        "DCFL nearest the paper's 0.72 (at its first seed): `sample-b64-c1-run`"
+        " (batch 64, C = 1," in lines
     )
     assert "gap 0.000 at 1 / 1 seeds; the paper's ordering there: yes (points" in lines
     assert "own setting: `sample-b16-c1-run`" in lines
@@ -314,7 +315,10 @@ def test_the_paper_scale_page_reads_the_study_from_its_records(
         save(outcome, folder)
     (lines,) = dp_study_lines(folder, quick=False).values()
     text = "\n".join(lines)
-    assert "DCFL nearest the paper's 0.72: `sample-b256-c10-round`" in text
+    assert (
+        "DCFL nearest the paper's 0.72 (at its first seed): `sample-b256-c10-round`"
+        in text
+    )
     assert dp_study_lines(tmp_path / "none", quick=False) == {
         "fashion_mnist": page.paper_page_lines([])
     }
