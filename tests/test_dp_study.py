@@ -247,6 +247,24 @@ def test_dp_fedavg_cells_are_chosen_by_fedavgs_accuracy() -> None:
     assert [k for k, _ in tied.best] == [k for k in KEYS if k.startswith("client")][:2]
 
 
+def test_a_run_without_a_final_accuracy_ranks_last_and_is_said_so() -> None:
+    # DP-FedAvg's noise made a model diverge: no client had an accuracy in
+    # the last round. The cell has its seed; it is not waited for.
+    study = [
+        _cell_outcome(k, {"fedavg": [None if k == "client-c0.1-fixed" else 0.2]})
+        for k in KEYS
+        if k.startswith("client-")
+    ]
+    chosen = selection.select(KEYS, study, selection.CLIENT)
+    assert chosen.missing == () and "client-c0.1-fixed" not in dict(chosen.best)
+    table = "\n".join(page.study_lines(study))
+    assert "| 0.1 | fixed | 1 | none in 1 of 1 seeds | — |" in table
+    # Every cell without one: still chosen, in the study's order, said so.
+    dead = [_cell_outcome(k, {"fedavg": [None]}) for k in KEYS if k.startswith("c")]
+    said = selection.describe(selection.select(KEYS, dead, selection.CLIENT))
+    assert "`client-c0.1-fixed` (none), `client-c0.1-adaptive` (none)" in said[0]
+
+
 def test_the_page_names_the_two_and_their_command(tmp_path: Path) -> None:
     written = tmp_path / "DP-STUDY.md"
     study = _sample_study({"sample-b16-c10-round": [0.8], "sample-b64-c1-run": [0.7]})

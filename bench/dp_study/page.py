@@ -6,11 +6,12 @@ rule stands (selection.py)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from reproduce.runner import Outcome, summary_value
+from reproduce.runner import Outcome
 from reproduce.sitting import shown
 
 from clusterfed.scenarios import BUILTIN
@@ -25,9 +26,7 @@ from . import (
     sample_key,
     screens,
 )
-from .selection import CLIENT, SAMPLE, describe, select
-
-FINAL = summary_value("final_mean_acc")
+from .selection import CLIENT, SAMPLE, describe, finals, select
 
 
 @dataclass(frozen=True)
@@ -73,18 +72,22 @@ def cells(outcomes: Sequence[Outcome], prefix: str) -> list[Cell]:
 
 
 def _finals(outcome: Outcome, algorithm: str) -> list[float]:
-    if algorithm not in outcome.seed_summaries:
-        return []
-    return list(outcome.per_seed(algorithm, FINAL).values())
+    """The seeds' final accuracies, none of them missing: nothing where a
+    seed ran without one (`_cell` says so), which no mean may hide."""
+    found = finals(outcome, algorithm)
+    return [] if None in found else [v for v in found if v is not None]
 
 
-def _cell(values: list[float]) -> str:
-    if not values:
+def _cell(outcome: Outcome, algorithm: str) -> str:
+    found = finals(outcome, algorithm)
+    if not found:
         return "—"
-    found = interval(values)
-    if found.half_width is None:
-        return f"{found.mean:.3f}"
-    return f"{found.mean:.3f} ± {found.half_width:.3f}"
+    if None in found:
+        return f"none in {found.count(None)} of {len(found)} seeds"
+    result = interval([v for v in found if v is not None])
+    if result.half_width is None:
+        return f"{result.mean:.3f}"
+    return f"{result.mean:.3f} ± {result.half_width:.3f}"
 
 
 def _mean(values: list[float]) -> float | None:
@@ -96,6 +99,8 @@ def _ordering(outcome: Outcome) -> str:
     differences' intervals where there are seeds to decide it, else the
     point estimates, said so."""
     pairs = [("dcfl", "cfl"), ("cfl", "fedavg")]
+    if any(None in finals(outcome, a) for a in ALGORITHMS):
+        return "— (a run without a final accuracy)"
     if min(len(outcome.seed_summaries.get(a, {})) for a in ALGORITHMS) < 2:
         found = [_mean(_finals(outcome, a)) for a in ALGORITHMS]
         means = [m for m in found if m is not None]
@@ -154,7 +159,7 @@ def _at(cell: Cell) -> str:
     said = (
         f"`{outcome.experiment.key}` ({_setting_words(outcome)}): DCFL / CFL /"
         " FedAvg "
-        + " / ".join(_cell(_finals(outcome, a)) for a in ALGORITHMS)
+        + " / ".join(_cell(outcome, a) for a in ALGORITHMS)
         + f" against the paper's {_paper_numbers()}"
     )
     if cell.companion is None:
@@ -169,7 +174,8 @@ def _at(cell: Cell) -> str:
 
 
 def _dcfl_gap(cell: Cell) -> float:
-    return abs(_finals(cell.screen, "dcfl")[0] - PAPER_FINAL["dcfl"])
+    first = finals(cell.screen, "dcfl")[0]
+    return math.inf if first is None else abs(first - PAPER_FINAL["dcfl"])
 
 
 def nearest_lines(outcomes: Sequence[Outcome]) -> list[str]:
@@ -178,7 +184,7 @@ def nearest_lines(outcomes: Sequence[Outcome]) -> list[str]:
     selection measures it; the first listed of equals), and the scenario's
     own cell, each with the paper's ordering there where CFL and FedAvg
     have run."""
-    sample = [c for c in cells(outcomes, "sample-") if _finals(c.screen, "dcfl")]
+    sample = [c for c in cells(outcomes, "sample-") if _dcfl_gap(c) < math.inf]
     if not sample:
         return ["Nearest the paper: no cell has DCFL recorded yet."]
     nearest = min(sample, key=_dcfl_gap)
@@ -214,7 +220,7 @@ def study_lines(outcomes: Sequence[Outcome]) -> list[str]:
         lines.append(
             f"| {sets['train.batch_size']} | {sets['dp.max_grad_norm']}"
             f" | {sets['dp.horizon']} | {cell.seeds}"
-            + "".join(f" | {_cell(_finals(outcome, a))}" for a in ALGORITHMS)
+            + "".join(f" | {_cell(outcome, a)}" for a in ALGORITHMS)
             + f" | {'—' if distance is None else f'{distance:.3f}'}"
             f" | {_ordering(outcome)} |"
         )
@@ -236,7 +242,7 @@ def study_lines(outcomes: Sequence[Outcome]) -> list[str]:
         sets = dict(s.split("=", 1) for s in outcome.experiment.sets)
         lines.append(
             f"| {sets['dp.clip_norm']} | {sets['dp.clipping']} | {cell.seeds}"
-            + "".join(f" | {_cell(_finals(outcome, a))}" for a in CLIENT_ALGORITHMS)
+            + "".join(f" | {_cell(outcome, a)}" for a in CLIENT_ALGORITHMS)
             + " |"
         )
     return lines + ["", *describe(select(keys, outcomes, CLIENT))]
@@ -262,7 +268,9 @@ def setting_words() -> str:
         " absolute difference of the three to the paper's; *ordering*: the"
         " paper's DCFL > CFL > FedAvg, from the seed-by-seed differences'"
         " intervals where a cell has seeds, else the point estimates (which"
-        " decide nothing)."
+        " decide nothing); *none in k of n seeds*: k seeds ended with no"
+        " client accuracy (every client's last evaluation failed, the model"
+        " having diverged), which no mean over the rest may hide."
     )
 
 

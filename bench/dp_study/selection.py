@@ -19,15 +19,15 @@ no part in choosing the default). Each chosen cell runs with its companion
 
 from __future__ import annotations
 
+import math
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from reproduce.runner import Outcome, summary_value
+from reproduce.runner import Outcome
 
 from . import PAPER_FINAL, companion_key
 
-FINAL = summary_value("final_mean_acc")
 BEST = 2
 """How many cells get more seeds."""
 SEEDS = 3
@@ -67,18 +67,30 @@ class Selection:
 
     rule: Rule
     missing: tuple[str, ...] = ()
-    best: tuple[tuple[str, float], ...] = ()
+    best: tuple[tuple[str, float | None], ...] = ()
     nearest: tuple[str, float] | None = None
     command: str | None = None
     waiting: tuple[str, ...] = ()
     default: tuple[str, float] | None = None
 
 
-def _values(outcome: Outcome, algorithm: str) -> list[float]:
-    """The measure at each recorded seed, in seed order."""
-    if algorithm not in outcome.seed_summaries:
-        return []
-    return list(outcome.per_seed(algorithm, FINAL).values())
+def finals(outcome: Outcome, algorithm: str) -> list[float | None]:
+    """`algorithm`'s final mean client accuracy at each seed `outcome`
+    records, in seed order; None where no client had an accuracy in the
+    last round (every one failed it: under DP-FedAvg's noise the model
+    diverged and each client's evaluation refused its loss)."""
+    by_seed = outcome.seed_summaries.get(algorithm, {})
+    return [by_seed[seed].get("final_mean_acc") for seed in sorted(by_seed)]
+
+
+def said(value: float | None) -> str:
+    """A measure as the pages print it: *none* where a run had none."""
+    return "none" if value is None or math.isinf(value) else f"{value:.3f}"
+
+
+def _rank(value: float | None) -> float:
+    # A run without a final accuracy ranks below every accuracy.
+    return -math.inf if value is None else value
 
 
 def select(cells: Sequence[str], outcomes: Sequence[Outcome], rule: Rule) -> Selection:
@@ -86,21 +98,20 @@ def select(cells: Sequence[str], outcomes: Sequence[Outcome], rule: Rule) -> Sel
     keys, in its order) over the recorded `outcomes`."""
     mine = [k for k in cells if k.startswith(rule.prefix)]
     by_key = {o.experiment.key: o for o in outcomes}
-    values = {
-        k: _values(by_key[k], rule.algorithm) if k in by_key else [] for k in mine
-    }
+    values = {k: finals(by_key[k], rule.algorithm) if k in by_key else [] for k in mine}
     missing = tuple(k for k in mine if not values[k])
     if missing:
         return Selection(rule, missing=missing)
     # sorted and min are stable: equal values keep the study's order.
-    ranked = sorted(mine, key=lambda k: -values[k][0])[:BEST]
+    ranked = sorted(mine, key=lambda k: -_rank(values[k][0]))[:BEST]
     best = tuple((k, values[k][0]) for k in ranked)
     nearest = None
     chosen = list(ranked)
-    if rule.paper is not None:
+    measured = [k for k in mine if values[k][0] is not None]
+    if rule.paper is not None and measured:
         paper = rule.paper
-        key = min(mine, key=lambda k: abs(values[k][0] - paper))
-        nearest = (key, values[key][0])
+        key = min(measured, key=lambda k: abs(_rank(values[k][0]) - paper))
+        nearest = (key, _rank(values[key][0]))
         chosen += [] if key in chosen else [key]
     runs = [e for k in chosen for e in (k, companion_key(k))]
     command = shlex.join(
@@ -115,7 +126,7 @@ def select(cells: Sequence[str], outcomes: Sequence[Outcome], rule: Rule) -> Sel
     )
     if any(len(values[k]) < SEEDS for k in ranked):
         return found
-    means = {k: sum(values[k][:SEEDS]) / SEEDS for k in ranked}
+    means = {k: sum(map(_rank, values[k][:SEEDS])) / SEEDS for k in ranked}
     winner = max(ranked, key=lambda k: means[k])  # the first of equals
     return replace(found, default=(winner, means[winner]))
 
@@ -130,7 +141,7 @@ def describe(selection: Selection) -> list[str]:
             f" missing {', '.join(f'`{k}`' for k in selection.missing)}"
             " (`python bench/dp_study.py --resume --seeds 1`)."
         ]
-    named = ", ".join(f"`{k}` ({v:.3f})" for k, v in selection.best)
+    named = ", ".join(f"`{k}` ({said(v)})" for k, v in selection.best)
     nearest = ""
     if selection.nearest is not None:
         key, value = selection.nearest
@@ -152,7 +163,7 @@ def describe(selection: Selection) -> list[str]:
         key, mean = selection.default
         line = (
             f"Default: `{key}`: of the two, the higher mean of {measure}"
-            f" over {SEEDS} seeds ({mean:.3f})"
+            f" over {SEEDS} seeds ({said(mean)})"
         )
         if selection.waiting:
             waiting = ", ".join(f"`{k}`" for k in selection.waiting)
