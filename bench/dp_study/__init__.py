@@ -113,5 +113,6 @@ def experiments() -> list[Experiment]:
 def screens() -> list[Experiment]:
     """The cells' own experiments, one per cell, in the study's order: what
     a sitting runs unless --only names others."""
-    companions = {companion_key(e.key) for e in experiments()}
-    return [e for e in experiments() if e.key not in companions]
+    every = experiments()
+    companions = {companion_key(e.key) for e in every}
+    return [e for e in every if e.key not in companions]
