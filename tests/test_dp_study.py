@@ -57,6 +57,29 @@ def test_every_experiment_resolves_to_a_scenario_for_its_records() -> None:
         assert made_of["algorithm"] == expected
 
 
+def test_a_cell_stays_what_it_was_run_as_when_the_scenarios_defaults_move(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Choosing dcfl-fmnist's defaults from the study must leave every cell,
+    # and so its records, as it was: each pins what the other kind varies.
+    from reproduce.records import scenario_of
+
+    before = {e.key: scenario_of(e, "fashion_mnist") for e in dp_study.experiments()}
+    original = BUILTIN[dp_study.SCENARIO]
+    moved = [
+        "train.batch_size=64",
+        "dp.max_grad_norm=0.1",
+        "dp.horizon=round",
+        "dp.clip_norm=0.1",
+    ]
+    assert with_overrides(original(), moved) != original()
+    monkeypatch.setitem(
+        BUILTIN, dp_study.SCENARIO, lambda: with_overrides(original(), moved)
+    )
+    after = {e.key: scenario_of(e, "fashion_mnist") for e in dp_study.experiments()}
+    assert after == before
+
+
 FMNIST = pytest.mark.skipif(
     not available("fashion_mnist"), reason="needs Fashion-MNIST"
 )

@@ -282,6 +282,40 @@ def test_a_record_of_a_scenario_edited_since_is_run_again(
     assert back.seeds == (0, 1)
 
 
+def test_a_set_that_pins_a_value_the_scenario_had_keeps_the_record(
+    tmp_path: Path,
+) -> None:
+    from dataclasses import replace
+
+    from clusterfed.scenarios import load_scenario
+
+    save(outcome("digits", [0, 1], tested=False), tmp_path)
+    batch = load_scenario(EXPERIMENT.scenario_for("digits")).train.batch_size
+    pinned = replace(EXPERIMENT, sets=(*EXPERIMENT.sets, f"train.batch_size={batch}"))
+    assert pinned.command(False, "digits") != EXPERIMENT.command(False, "digits")
+    # The runs are made of the same scenario: resumed, and new seeds join.
+    assert recorded(tmp_path, False)("digits", pinned) == {0, 1}
+    save(outcome("digits", [2], tested=False, experiment=pinned), tmp_path)
+    (back,) = load(tmp_path, [pinned], ["digits"], quick=False)
+    assert back.seeds == (0, 1, 2)
+    # A set that changes the value is another experiment.
+    moved = replace(
+        EXPERIMENT, sets=(*EXPERIMENT.sets, f"train.batch_size={2 * batch}")
+    )
+    assert recorded(tmp_path, False)("digits", moved) == set()
+    # So is another algorithm list, whatever the scenario.
+    fewer = replace(EXPERIMENT, algorithms=EXPERIMENT.algorithms[:1])
+    assert recorded(tmp_path, False)("digits", fewer) == set()
+    # A record from before the scenario was kept has only its command to go
+    # by: there, the wording of the sets decides.
+    path = tmp_path / "digits" / f"{EXPERIMENT.key}.json.gz"
+    record = json.loads(gzip.decompress(path.read_bytes()))
+    del record["scenario"]
+    path.write_bytes(gzip.compress(json.dumps(record).encode()))
+    assert recorded(tmp_path, False)("digits", pinned) == {0, 1, 2}
+    assert recorded(tmp_path, False)("digits", EXPERIMENT) == set()
+
+
 def test_a_sitting_records_each_experiment_as_soon_as_it_has_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -19,7 +19,10 @@ experiment's overrides, without its description): a record of a scenario
 edited since (a field, a kind, a default it relied on) is neither resumed
 nor shown, and the next sitting replaces it; a field added to `Scenario`
 since is read at its default, as `compare --resume` reads a run's
-config.json. The records made before the field were stamped with the
+config.json. Beside the scenario the command still decides (the scenario's
+name, the algorithms), but not the wording of its `--set`s: a set that
+pins a value the scenario already had changes nothing the runs were made
+of. The records made before the field were stamped with the
 definitions of 2026-11-28, which their commands and rounds agreed with; a
 record without it is judged by its command and rounds alone, and takes the
 scenario of the next seeds saved into it.
@@ -68,15 +71,9 @@ def save(outcome: Outcome, records: Path) -> Path:
     rows: dict[str, dict[int, Any]] = {}
     seconds = outcome.seconds
     earlier = _read(path) if path.exists() else None
-    settings = (
-        outcome.quick,
-        _without_seeds(outcome.experiment.command(outcome.quick, outcome.dataset)),
-        outcome.accuracy,
-        planned_rounds(outcome.experiment, outcome.dataset, outcome.quick),
-    )
     made_of = scenario_of(outcome.experiment, outcome.dataset)
-    if earlier is not None and (
-        _settings(earlier) != settings or not _same_scenario(earlier, made_of)
+    if earlier is not None and not _agrees(
+        earlier, outcome.experiment, outcome.dataset, outcome.quick, outcome.accuracy
     ):
         print(f"{path}: other settings than this run's; replaced", file=sys.stderr)
     elif earlier is not None:
@@ -195,9 +192,7 @@ def recorded(records: Path, quick: bool) -> Callable[[str, Experiment], set[int]
         if not path.exists():
             return set()
         record = _read(path)
-        same = _settings(record) == _settings_of_run(
-            experiment, dataset, quick
-        ) and _same_scenario(record, scenario_of(experiment, dataset))
+        same = _agrees(record, experiment, dataset, quick, accuracy_of(dataset))
         return set(_seeds(record)) if same else set()
 
     return seeds
@@ -220,27 +215,33 @@ def _seeds_of(summaries: dict[str, dict[int, Any]]) -> list[int]:
     return sorted(next(iter(summaries.values())))
 
 
-def _settings(record: dict[str, Any]) -> tuple[Any, ...]:
-    # The command without its seeds: the same scenario, algorithms and sets,
-    # accuracy measured on the same data, and as many rounds.
-    return (
+def _agrees(
+    record: dict[str, Any],
+    experiment: Experiment,
+    dataset: str,
+    quick: bool,
+    accuracy: str,
+) -> bool:
+    """Whether `record` holds runs of `experiment` as it runs now: the same
+    mode, scenario, algorithms and rounds, accuracy measured on the same
+    data, and the same scenario after the overrides. A record that keeps
+    its scenario is judged by that, not by how its `--set`s were worded:
+    sets added to pin a value the scenario already had (the DP study's
+    cells, when dcfl-fmnist's defaults move) leave it what it was."""
+    stamped = isinstance(record.get("scenario"), dict)
+    ours = (
+        quick,
+        _command_key(experiment.command(quick, dataset), stamped),
+        accuracy,
+        planned_rounds(experiment, dataset, quick),
+    )
+    theirs = (
         record["quick"],
-        _without_seeds(record["command"]),
+        _command_key(record["command"], stamped),
         _accuracy(record),
         _rounds(record),
     )
-
-
-def _settings_of_run(
-    experiment: Experiment, dataset: str, quick: bool
-) -> tuple[Any, ...]:
-    command = _without_seeds(experiment.command(quick, dataset))
-    return (
-        quick,
-        command,
-        accuracy_of(dataset),
-        planned_rounds(experiment, dataset, quick),
-    )
+    return ours == theirs and _same_scenario(record, scenario_of(experiment, dataset))
 
 
 def planned_rounds(experiment: Experiment, dataset: str, quick: bool) -> int:
@@ -292,13 +293,20 @@ def _accuracy(record: dict[str, Any]) -> str:
     return record.get("accuracy", HOLD_OUT)  # type: ignore[no-any-return]
 
 
-def _without_seeds(command: str) -> str:
+def _command_key(command: str, without_sets: bool) -> str:
+    """`command` without its seeds, and without its `--set`s where the
+    record's scenario stands for what they did."""
     parts = shlex.split(command)
-    for option in ("--seeds", "--seed"):
-        if option in parts:
-            i = parts.index(option)
-            del parts[i : i + 2]
-    return shlex.join(parts)
+    dropped = ("--seeds", "--seed", "--set") if without_sets else ("--seeds", "--seed")
+    kept: list[str] = []
+    i = 0
+    while i < len(parts):
+        if parts[i] in dropped:
+            i += 2
+            continue
+        kept.append(parts[i])
+        i += 1
+    return shlex.join(kept)
 
 
 def _sorted(by_name: dict[str, dict[int, Any]]) -> dict[str, dict[int, Any]]:
