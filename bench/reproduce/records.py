@@ -73,7 +73,12 @@ def save(outcome: Outcome, records: Path) -> Path:
     earlier = _read(path) if path.exists() else None
     made_of = scenario_of(outcome.experiment, outcome.dataset)
     if earlier is not None and not _agrees(
-        earlier, outcome.experiment, outcome.dataset, outcome.quick, outcome.accuracy
+        earlier,
+        outcome.experiment,
+        outcome.dataset,
+        outcome.quick,
+        outcome.accuracy,
+        made_of,
     ):
         print(f"{path}: other settings than this run's; replaced", file=sys.stderr)
     elif earlier is not None:
@@ -192,7 +197,14 @@ def recorded(records: Path, quick: bool) -> Callable[[str, Experiment], set[int]
         if not path.exists():
             return set()
         record = _read(path)
-        same = _agrees(record, experiment, dataset, quick, accuracy_of(dataset))
+        same = _agrees(
+            record,
+            experiment,
+            dataset,
+            quick,
+            accuracy_of(dataset),
+            scenario_of(experiment, dataset),
+        )
         return set(_seeds(record)) if same else set()
 
     return seeds
@@ -221,10 +233,11 @@ def _agrees(
     dataset: str,
     quick: bool,
     accuracy: str,
+    made_of: dict[str, Any],
 ) -> bool:
     """Whether `record` holds runs of `experiment` as it runs now: the same
     mode, scenario, algorithms and rounds, accuracy measured on the same
-    data, and the same scenario after the overrides. A record that keeps
+    data, and the same scenario after the overrides (`made_of`). A record that keeps
     its scenario is judged by that, not by how its `--set`s were worded:
     sets added to pin a value the scenario already had (the DP study's
     cells, when dcfl-fmnist's defaults move) leave it what it was."""
@@ -241,7 +254,7 @@ def _agrees(
         _accuracy(record),
         _rounds(record),
     )
-    return ours == theirs and _same_scenario(record, scenario_of(experiment, dataset))
+    return ours == theirs and _same_scenario(record, made_of)
 
 
 def planned_rounds(experiment: Experiment, dataset: str, quick: bool) -> int:
