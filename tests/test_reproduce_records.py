@@ -67,6 +67,20 @@ def outcome(
     )
 
 
+def two_quick_experiments() -> list[Experiment]:
+    """ "first" and "second": one round of FedAvg on 4 quickstart clients."""
+    return [
+        Experiment(
+            key=key,
+            scenario="quickstart",
+            algorithms=("fedavg",),
+            sets=("clients=4",),
+            quick_rounds=1,
+        )
+        for key in ("first", "second")
+    ]
+
+
 def test_measured_on_reads_the_rows() -> None:
     assert measured_on({"a": {0: rows(True)}, "b": {0: rows(True)}}) == TEST_SETS
     assert measured_on({"a": {0: rows(False)}}) == HOLD_OUT
@@ -343,16 +357,7 @@ def test_run_all_hands_over_each_outcome_before_the_next_experiment(
 ) -> None:
     from reproduce.runner import run_all
 
-    quick = [
-        Experiment(
-            key=key,
-            scenario="quickstart",
-            algorithms=("fedavg",),
-            sets=("clients=4",),
-            quick_rounds=1,
-        )
-        for key in ("first", "second")
-    ]
+    quick = two_quick_experiments()
     seen: list[tuple[str, bool]] = []
 
     def on_outcome(done: Outcome) -> None:
@@ -362,3 +367,61 @@ def test_run_all_hands_over_each_outcome_before_the_next_experiment(
     outcomes = run_all(quick, True, tmp_path, [], ["digits"], on_outcome=on_outcome)
     assert seen == [("first", False), ("second", True)]
     assert [o.experiment.key for o in outcomes] == ["first", "second"]
+
+
+def test_a_claimed_experiment_is_refused_to_a_second_sitting_until_let_go(
+    tmp_path: Path,
+) -> None:
+    from reproduce.records import claims
+
+    claim = claims(tmp_path, False)
+    other = ocfl.EXPERIMENTS[1]
+    with claim("digits", EXPERIMENT) as mine:
+        assert mine
+        with claim("digits", EXPERIMENT) as theirs:
+            assert not theirs
+        with claims(tmp_path, True)("digits", EXPERIMENT) as quick:
+            assert quick  # --quick's record is another record
+        with claim("digits", other) as next_one:
+            assert next_one
+    with claim("digits", EXPERIMENT) as again:
+        assert again
+
+
+def test_run_all_skips_what_another_sitting_runs_and_reads_seeds_under_the_claim(
+    tmp_path: Path,
+) -> None:
+    import contextlib
+    from collections.abc import Iterator
+
+    from reproduce.records import claims
+    from reproduce.runner import run_all
+
+    quick = two_quick_experiments()
+    held = claims(tmp_path / "records", True)
+    events: list[str] = []
+
+    @contextlib.contextmanager
+    def claim(dataset: str, experiment: Experiment) -> Iterator[bool]:
+        with held(dataset, experiment) as mine:
+            events.append(f"claim {experiment.key}")
+            yield mine
+            events.append(f"let go {experiment.key}")
+
+    def recorded(_: str, experiment: Experiment) -> set[int]:
+        events.append(f"seeds of {experiment.key}")
+        return set()
+
+    with held("digits", quick[0]):  # another sitting runs "first"
+        outcomes = run_all(
+            quick, True, tmp_path, [], ["digits"], recorded=recorded, claim=claim
+        )
+    assert [o.experiment.key for o in outcomes] == ["second"]
+    assert not (tmp_path / "digits" / "first").exists()
+    assert events == [
+        "claim first",
+        "let go first",
+        "claim second",
+        "seeds of second",
+        "let go second",
+    ]

@@ -143,6 +143,7 @@ def main() -> None:
             on_outcome=None
             if folder is None
             else partial(records.save, records=folder),
+            claim=None if folder is None else records.claims(folder, args.quick),
         )
     )
     elapsed = time.perf_counter() - start

@@ -31,11 +31,12 @@ scenario of the next seeds saved into it.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import gzip
 import json
 import shlex
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ from clusterfed.scenarios import Scenario
 from .runner import (
     HOLD_OUT,
     ROOT,
+    Claim,
     Experiment,
     Outcome,
     accuracy_of,
@@ -210,9 +212,38 @@ def recorded(records: Path, quick: bool) -> Callable[[str, Experiment], set[int]
     return seeds
 
 
-def _path(records: Path, dataset: str, key: str, quick: bool) -> Path:
+def claims(records: Path, quick: bool) -> Claim:
+    """`(dataset, experiment)` → a context holding the experiment's claim
+    while this sitting runs it: True when the claim is this sitting's, False
+    while another sitting on the same `records` runs the experiment (two
+    sittings given overlapping lists would otherwise run it twice, each
+    replacing the other's seeds). The claim is an OS lock (`flock`) on
+    `<key>.lock` beside the record, which the kernel drops when its process
+    ends: a sitting stopped mid-run leaves nothing to clean up."""
+
+    @contextlib.contextmanager
+    def claim(dataset: str, experiment: Experiment) -> Iterator[bool]:
+        path = _path(records, dataset, experiment.key, quick, ".lock")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            try:
+                yield True
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    return claim
+
+
+def _path(
+    records: Path, dataset: str, key: str, quick: bool, suffix: str = SUFFIX
+) -> Path:
     # --quick's records beside the full ones, never in their place.
-    return records / dataset / f"{key}{'-quick' if quick else ''}{SUFFIX}"
+    return records / dataset / f"{key}{'-quick' if quick else ''}{suffix}"
 
 
 def _read(path: Path) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import shlex
 import time
@@ -25,6 +26,10 @@ from clusterfed.seeds import (
 ROOT = Path(__file__).resolve().parents[2]
 
 Row = dict[str, Any]
+
+# `(dataset, experiment)` → a context that holds the experiment for one
+# sitting while it runs: True when it is this sitting's (records.claims).
+Claim = Callable[[str, "Experiment"], contextlib.AbstractContextManager[bool]]
 
 # What a run's `acc` is measured on. Clients of a dataset with a test split
 # get test sets drawn from it (data/test_sets.py); runs made before that,
@@ -246,6 +251,7 @@ def run_all(
     resume: bool = False,
     recorded: Callable[[str, Experiment], set[int]] | None = None,
     on_outcome: Callable[[Outcome], object] | None = None,
+    claim: Claim | None = None,
 ) -> list[Outcome]:
     """Every experiment's comparison into `out/<dataset>/<key>/`; with
     `resume`, runs that finished there with the same settings are kept, runs
@@ -255,7 +261,10 @@ def run_all(
     records.py), not run again; an experiment with all of them is skipped.
     `on_outcome` gets each experiment's outcome as soon as it has run (a
     sitting records it then, not after every experiment: a sitting of many
-    experiments may end first)."""
+    experiments may end first). `claim(dataset, experiment)`: held while the
+    experiment runs, False when another sitting holds it (then it is
+    skipped); its recorded seeds are read once the claim is held, so a
+    sitting that waited sees what the other one saved."""
     outcomes = []
     keys = {exp.key for exp in experiments}
     for dataset in datasets:
@@ -266,30 +275,37 @@ def run_all(
                 continue
             if exp.paper_scale_only and exp.scenario_for(dataset) == exp.scenario:
                 continue
-            kept = recorded(dataset, exp) if recorded else set()
-            todo = [s for s in seeds if s not in kept]
-            if not todo:
-                continue
-            folder = out / dataset / exp.key
-            start = time.perf_counter()
-            result = compare(
-                exp.scenario_for(dataset),
-                list(exp.algorithms_for(quick)),
-                out=folder,
-                overwrite=not resume,  # a rerun replaces its own results
-                resume=resume,
-                rounds=exp.quick_rounds_for(dataset) if quick else None,
-                overrides=exp.overrides(dataset),
-                # Seed 0 alone is a one-seed comparison (no --seeds in its command).
-                seeds=None if list(seeds) == [0] else todo,
-                checkpoint_every=_checkpoint_every(exp, dataset),
-            )
-            seconds = time.perf_counter() - start
-            if resume:  # the runs kept took their time in an earlier sitting
-                seconds = wall_seconds(result.seed_summaries)
-            outcomes.append(_outcome(exp, dataset, seconds, result, folder, quick))
-            if on_outcome is not None:
-                on_outcome(outcomes[-1])
+            with claim(dataset, exp) if claim else contextlib.nullcontext(True) as mine:
+                if not mine:
+                    print(
+                        f"{dataset:<14} {exp.key:<22} run by another sitting; skipped",
+                        flush=True,
+                    )
+                    continue
+                kept = recorded(dataset, exp) if recorded else set()
+                todo = [s for s in seeds if s not in kept]
+                if not todo:
+                    continue
+                folder = out / dataset / exp.key
+                start = time.perf_counter()
+                result = compare(
+                    exp.scenario_for(dataset),
+                    list(exp.algorithms_for(quick)),
+                    out=folder,
+                    overwrite=not resume,  # a rerun replaces its own results
+                    resume=resume,
+                    rounds=exp.quick_rounds_for(dataset) if quick else None,
+                    overrides=exp.overrides(dataset),
+                    # Seed 0 alone is a one-seed comparison (no --seeds in its command).
+                    seeds=None if list(seeds) == [0] else todo,
+                    checkpoint_every=_checkpoint_every(exp, dataset),
+                )
+                seconds = time.perf_counter() - start
+                if resume:  # the runs kept took their time in an earlier sitting
+                    seconds = wall_seconds(result.seed_summaries)
+                outcomes.append(_outcome(exp, dataset, seconds, result, folder, quick))
+                if on_outcome is not None:  # recorded before the claim is let go
+                    on_outcome(outcomes[-1])
             print(f"{dataset:<14} {exp.key:<22} {seconds:7.1f} s", flush=True)
     return outcomes
 

@@ -87,6 +87,7 @@ def sit(
             resume=args.resume,
             recorded=recorded,
             on_outcome=keep,
+            claim=records.claims(folder, args.quick),
         )
         print(f"ran in {time.perf_counter() - start:.0f} s")
     return records.load(folder, chosen, [dataset], args.quick)
