@@ -128,10 +128,11 @@ def test_dcfl_fmnist_late_joiners_plan_local_dp_over_the_rounds_left() -> None:
         privacy = spec.privacy
         assert privacy is not None and privacy.rounds == 60 - joined[spec.id]
         rate, steps = privacy.sample_rate, privacy.steps
-        # 1 local epoch of Opacus' Poisson steps at batch 16, each round.
+        # 1 local epoch of Opacus' Poisson steps at the batch, each round.
+        batch = BUILTIN["dcfl-fmnist"]().train.batch_size
         assert (rate, steps) == (
-            poisson_steps(len(spec.train), 16)[0],
-            privacy.rounds * poisson_steps(len(spec.train), 16)[1],
+            poisson_steps(len(spec.train), batch)[0],
+            privacy.rounds * poisson_steps(len(spec.train), batch)[1],
         )
         assert privacy.noise_multiplier == _opacus_plan(rate, steps)
         spent = epsilon_of("rdp", ((privacy.noise_multiplier, rate, steps),), 1e-5)

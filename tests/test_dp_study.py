@@ -302,7 +302,7 @@ def test_the_page_names_the_two_and_their_command(tmp_path: Path) -> None:
 
 def test_beside_table_one_the_nearest_cell_and_the_scenarios_own() -> None:
     # b64-c1-run at the paper's own numbers: the smallest gap (0.000); the
-    # scenario runs b16-c1-run (DCFL 0.3): both named, each with its ordering.
+    # scenario runs b256-c10-run (DCFL 0.3): both named, each with its ordering.
     study = _sample_study({"sample-b64-c1-run": [0.72]})
     lines = "\n".join(page.paper_page_lines(study))
     assert (
@@ -310,7 +310,7 @@ def test_beside_table_one_the_nearest_cell_and_the_scenarios_own() -> None:
         " (batch 64, C = 1," in lines
     )
     assert "gap 0.000 at 1 / 1 seeds; the paper's ordering there: yes (points" in lines
-    assert "own setting: `sample-b16-c1-run`" in lines
+    assert "own setting: `sample-b256-c10-run`" in lines
     assert "| 64 | 1 | run | 1 / 1 | 0.720 | 0.640 | 0.540 | 0.000 |" in lines
     assert "No cell is recorded yet" in "\n".join(page.paper_page_lines([]))
 
@@ -363,3 +363,30 @@ def test_the_paper_scale_page_reads_the_study_from_its_records(
     assert dp_study_lines(tmp_path / "none", quick=False) == {
         "fashion_mnist": page.paper_page_lines([])
     }
+
+
+def test_the_default_spends_its_budget_over_the_run_where_one_of_the_two_does() -> None:
+    # ε per round beats ε over the run on accuracy, as it may (it spends
+    # more): the run-horizon one is the default, the other named and why.
+    finals = {
+        "sample-b256-c10-run": [0.80, 0.80, 0.80],
+        "sample-b256-c10-round": [0.85, 0.84, 0.83],
+    }
+    chosen = selection.select(KEYS, _sample_study(finals), selection.SAMPLE)
+    assert [k for k, _ in chosen.best] == [
+        "sample-b256-c10-round",
+        "sample-b256-c10-run",
+    ]
+    assert chosen.default == ("sample-b256-c10-run", pytest.approx(0.80))
+    assert chosen.per_round == "sample-b256-c10-round"
+    said = "\n".join(selection.describe(chosen))
+    assert "Default: `sample-b256-c10-run` (0.800 over 3 seeds), not" in said
+    assert "its ε covers each round alone" in said
+    # Both per round: the higher mean, as before; nobody is passed over.
+    both = {
+        "sample-b256-c10-round": [0.85, 0.60, 0.60],
+        "sample-b64-c10-round": [0.84, 0.84, 0.84],
+    }
+    chosen = selection.select(KEYS, _sample_study(both), selection.SAMPLE)
+    assert chosen.default == ("sample-b64-c10-round", pytest.approx(0.84))
+    assert chosen.per_round is None

@@ -21,6 +21,7 @@ from clusterfed.scenarios import (
     ShardsPartition,
     with_overrides,
 )
+from clusterfed.scenarios.papers_fmnist import WITHOUT_DP
 from clusterfed.scenarios.spec import DATASET_SIZES, IIDMixPartition
 
 Check = Callable[[Scenario], object]
@@ -121,7 +122,7 @@ DCFL: list[tuple[str, Check]] = [
 DCFL_FMNIST: list[tuple[str, Check]] = [
     (
         "every 10 rounds a random client drifts to another rotation; 1 local",
-        train(0.05, 0.9, 16, 1),
+        train(0.05, 0.9, 256, 1),
     ),
     (
         "20 clients (about 2,400 training images each)",
@@ -130,14 +131,33 @@ DCFL_FMNIST: list[tuple[str, Check]] = [
         ),
     ),
     (
-        "the MLP 512-128, lr 0.05 with momentum 0.9, batch 16;",
-        lambda s: hidden_widths(s) == [512, 128] and train(0.05, 0.9, 16, 1)(s),
+        "the MLP 512-128, lr 0.05 with momentum 0.9;",
+        lambda s: hidden_widths(s) == [512, 128] and train(0.05, 0.9, 256, 1)(s),
     ),
     (
         "CFL splits on thresholds relative to its",
         lambda s: s.params_of("cfl") == {"thresholds": "relative"},
     ),
     ("delta = 1e-5 over the whole run", dp_10),
+    (
+        "batch 256 and per-sample bound C = 10, chosen by",
+        lambda s: (
+            s.train.batch_size == 256
+            and s.dp is not None
+            and (s.dp.mechanism, s.dp.max_grad_norm) == ("sample", 10.0)
+        ),
+    ),
+    (
+        "(dp.mechanism = client, DP-FedAvg) clips updates to 0.1,",
+        lambda s: s.dp is not None and s.dp.clip_norm == 0.1,
+    ),
+    (
+        "without DP set batch 16, as before the study",
+        lambda s: (
+            with_overrides(s, list(WITHOUT_DP)).train.batch_size == 16
+            and with_overrides(s, list(WITHOUT_DP)).dp is None
+        ),
+    ),
 ]
 
 

@@ -437,6 +437,29 @@ def test_dcfl_table_i_rows_of_fig5_are_table_i_claims_counted_once() -> None:
     assert sum(line.count(": holds |") for line in table) == 6  # 3 rows x 2
 
 
+def test_dcfl_without_its_dp_table_keeps_what_ran_without_dp(tmp_path: Path) -> None:
+    # The scenario's DP settings changed: Table I with DP waits for its runs,
+    # and the section still shows the no-DP table and Fig. 5's rows it has.
+    finals = {"dcfl": [0.9, 0.91, 0.92], "cfl": [0.8, 0.8, 0.81], "fedavg": [0.7] * 3}
+    by_key = {
+        ("digits", key): outcome(
+            next(e for e in dcfl.EXPERIMENTS if e.key == key),
+            finals,
+            {a: {"final_std_acc": 0.1} for a in finals},
+        )
+        for key in ("dcfl-table1-nodp", "dcfl-fig5-0")
+    }
+    claims = Claims()
+    lines = "\n".join(dcfl.section(by_key, "digits", tmp_path, claims))
+    assert "Not recorded at the scenario's present settings" in lines
+    assert "--only dcfl-table1 --resume" in lines
+    assert "### DCFL: Table I without DP" in lines
+    assert "| joins, drift, no DP | 0.910" in lines
+    assert "DP (Table I)" not in lines
+    assert not any(c.key.startswith("dcfl-table1:") for c in claims)
+    assert dcfl.section({}, "digits", tmp_path, Claims()) == []
+
+
 def test_the_page_says_each_experiment_s_seed_count(tmp_path: Path) -> None:
     three = outcome(ocfl.EXPERIMENTS[0], {"ocfl": [0.9, 0.9, 0.9]})
     ten = outcome(ocfl.EXPERIMENTS[1], {"ocfl": [0.9] * 10})

@@ -2,9 +2,11 @@
 (`dcfl-fmnist`: ε = 10, δ = 1e-5), behind bench/dp_study.py.
 
 DCFL's paper gives ε, δ and "norm clipping", not the batch size, the
-clipping bound or what ε covers; the scenario chose batch 16, C = 1 and the
-whole run. DP-SGD's noise on a mean gradient falls as 1/batch, so batch 16 is
-the worst case an Opacus user would pick. The study runs every batch ×
+clipping bound or what ε covers; before the study the scenario chose batch
+16, C = 1 and the whole run. DP-SGD's noise on a mean gradient falls as
+1/batch, so batch 16 is the worst case an Opacus user would pick. The
+scenario now runs the study's choice (its description says which and why).
+The study runs every batch ×
 bound × horizon with DCFL, and DP-FedAvg (client-level DP,
 `dp.mechanism = "client"`) at every update bound, fixed and adaptive, with
 FedAvg: one seed each first (the screen, by the method under study alone),

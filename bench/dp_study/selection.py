@@ -10,6 +10,17 @@ cells are ranked at their first seed (every cell has one); the default is
 the better of the two by the mean of its first 3 seeds. Ties go to the cell
 listed first in `experiments()`.
 
+One amendment, made once the local DP-SGD cells' best two turned out to be
+one setting with ε over the round and over the run, and before the run
+cell's third seed (the round cell's 3 seeds 0.672, 0.679, 0.655; the run
+cell's first two 0.663, 0.655): the two do not give the same privacy. With
+ε = 10 for each round, a dcfl-fmnist client spends 24–75 over the run (by
+the round it joined; the round cell's seeds 1 and 2), where the scenario's
+budget is ε = 10 (the paper's, for its training). So the default is the
+better of those of the two whose ε covers the whole run, a round-horizon
+cell only where neither does (`_whole_run`); DCFL's accuracy still ranks
+the cells and picks the two.
+
 The issue also asks which settings bring DCFL nearest the paper's numbers
 and whether the ordering holds there: the local cell whose DCFL is nearest
 the paper's final accuracy at its first seed runs its 3 seeds too (it takes
@@ -62,7 +73,9 @@ class Selection:
             the nearest, each with its companion.
         waiting: those experiments without `SEEDS` seeds yet.
         default: the better of the best by the mean of `SEEDS` seeds, with
-            that mean; None until both have them.
+            that mean, among those whose ε covers the whole run where one
+            does; None until both have them.
+        per_round: the one of the best passed over for its ε per round.
     """
 
     rule: Rule
@@ -72,6 +85,8 @@ class Selection:
     command: str | None = None
     waiting: tuple[str, ...] = ()
     default: tuple[str, float] | None = None
+    # The other of the two, passed over for spending ε each round.
+    per_round: str | None = None
 
 
 def finals(outcome: Outcome, algorithm: str) -> list[float | None]:
@@ -127,8 +142,19 @@ def select(cells: Sequence[str], outcomes: Sequence[Outcome], rule: Rule) -> Sel
     if any(len(values[k]) < SEEDS for k in ranked):
         return found
     means = {k: sum(map(_rank, values[k][:SEEDS])) / SEEDS for k in ranked}
-    winner = max(ranked, key=lambda k: means[k])  # the first of equals
-    return replace(found, default=(winner, means[winner]))
+    whole_run = [k for k in ranked if _whole_run(by_key[k])] or ranked
+    winner = max(whole_run, key=lambda k: means[k])  # the first of equals
+    passed = [k for k in ranked if k not in whole_run and means[k] > means[winner]]
+    return replace(
+        found,
+        default=(winner, means[winner]),
+        per_round=passed[0] if passed else None,
+    )
+
+
+def _whole_run(outcome: Outcome) -> bool:
+    """Whether a cell's ε covers the whole run (DP-FedAvg's always does)."""
+    return "dp.horizon=round" not in outcome.experiment.sets
 
 
 def describe(selection: Selection) -> list[str]:
@@ -165,6 +191,14 @@ def describe(selection: Selection) -> list[str]:
             f"Default: `{key}`: of the two, the higher mean of {measure}"
             f" over {SEEDS} seeds ({said(mean)})"
         )
+        if selection.per_round is not None:
+            line = (
+                f"Default: `{key}` ({said(mean)} over {SEEDS} seeds), not"
+                f" `{selection.per_round}`, whose mean of {measure} is higher:"
+                " its ε covers each round alone, so over the run a client"
+                " spends several times the scenario's budget; of the two, the"
+                " default is the better of those whose ε covers the whole run"
+            )
         if selection.waiting:
             waiting = ", ".join(f"`{k}`" for k in selection.waiting)
             line += f"; the rest of the table is pending {SEEDS} seeds of {waiting}"
