@@ -39,6 +39,7 @@ import clusterfed
 from clusterfed.actors.compute import check_device
 from clusterfed.errors import ConfigError
 from clusterfed.scenarios import load_scenario, with_overrides
+from clusterfed.scenarios.papers_fmnist import WITHOUT_DP
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from paper_scale_cost import RUNS  # noqa: E402
@@ -46,7 +47,7 @@ from paper_scale_cost import RUNS  # noqa: E402
 # name → (scenario, overrides)
 WORKLOADS: dict[str, tuple[str, tuple[str, ...]]] = {
     "quickstart": ("quickstart", ()),
-    "dcfl-fmnist": ("dcfl-fmnist", ("dp=off",)),
+    "dcfl-fmnist": ("dcfl-fmnist", WITHOUT_DP),
     "dcfl-fmnist-dp": ("dcfl-fmnist", ()),
     "fmnist-1000": (
         "quickstart",

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import clusterfed
 from clusterfed.scenarios import load_scenario
+from clusterfed.scenarios.papers_fmnist import WITHOUT_DP
 
 # (scenario, algorithm, overrides, runs of the page that cost as much): the
 # DCFL page runs Table I with and without DP, Table II's three other
@@ -29,9 +30,9 @@ RUNS: list[tuple[str, str, tuple[str, ...], int]] = [
     ("dcfl-fmnist", "dcfl", (), 6),
     ("dcfl-fmnist", "cfl", (), 3),
     ("dcfl-fmnist", "fedavg", (), 3),
-    ("dcfl-fmnist", "dcfl", ("dp=off",), 5),
-    ("dcfl-fmnist", "cfl", ("dp=off",), 2),
-    ("dcfl-fmnist", "fedavg", ("dp=off",), 2),
+    ("dcfl-fmnist", "dcfl", WITHOUT_DP, 5),
+    ("dcfl-fmnist", "cfl", WITHOUT_DP, 2),
+    ("dcfl-fmnist", "fedavg", WITHOUT_DP, 2),
     ("dcfl-fmnist4", "dcfl", (), 2),
     ("ocfl-noniid2-fmnist", "ocfl", (), 3),
     ("ocfl-noniid2-fmnist", "fedavg", (), 3),
