@@ -171,3 +171,23 @@ def test_the_page_reads_fedavgs_row_from_the_tables_median_cell(
         in text
     )
     assert "`clustered__alie (fedavg)`" not in text and "clustered__ipm (cfl)" in text
+
+
+def test_a_seed_without_accuracy_is_shown_not_averaged_away(tmp_path: Path) -> None:
+    # A defence that lets the model diverge in one seed of three: every honest
+    # client's last evaluation failed there, so its summary has no accuracy.
+    fine = {"final_mean_acc": 0.84, "global_acc_final": 0.85, "honest_acc": 0.84}
+    diverged = {"final_mean_acc": None, "global_acc_final": 0.10, "honest_acc": None}
+    outcomes = [
+        _recorded("sign_flip__mean", {"fedavg": [fine, diverged, fine]}),
+        _recorded("ipm__mean", {"fedavg": [fine, {**fine, "final_mean_acc": 0.80}]}),
+    ]
+    page = tmp_path / "BYZANTINE.md"
+    write_page(outcomes, "cmd", page, False, tmp_path)
+    rows: dict[str, str] = {}
+    for line in page.read_text().splitlines():  # the table's row: the first
+        rows.setdefault(line.split(" | ")[0], line)
+    flip = rows["| `sign_flip`"]
+    assert flip.split(" | ")[1] == "none in 1 of 3 seeds"
+    assert "0.840" not in flip  # not the mean of the two seeds that have one
+    assert rows["| `ipm`"].split(" | ")[1] == "0.820 ± 0.254 (2 seeds)"

@@ -33,11 +33,22 @@ from . import (
 SEEDS = 3
 """The seeds every cell grows to; a cell with fewer says how many."""
 COUNTS = ("n_clusters_final", "unassigned")
+ACCURACIES = ("final_mean_acc", "honest_acc")
+"""Measures every run has unless every honest client's last evaluation
+failed (a diverged model): a seed without one is shown, never averaged
+away. The split measures are None by design (no attacker, or no honest
+client, among the assigned), and global_acc_best is absent from records
+made before it existed."""
 
 
 def _cell(outcome: Outcome | None, algorithm: str, metric: str, digits: int = 3) -> str:
     if outcome is None or algorithm not in outcome.seed_summaries:
         return "—"
+    if metric in ACCURACIES:
+        runs = outcome.seed_summaries[algorithm]
+        failed = [s for s, summary in runs.items() if summary.get(metric) is None]
+        if failed:
+            return f"none in {len(failed)} of {len(runs)} seeds"
     values = list(outcome.per_seed(algorithm, summary_value(metric)).values())
     if not values:
         return "n/a"
@@ -121,7 +132,10 @@ def write_page(
         " is FedAvg's final mean accuracy over the honest clients, the mean of"
         " the seeds ± the half-width of its 95 % Student t interval. The last"
         " row is the backdoor's success rate: the share of triggered test"
-        " images of other labels the final model calls the target. "
+        " images of other labels the final model calls the target. *none in"
+        " k of n seeds*: k seeds ended with no honest client's accuracy (every"
+        " client's last evaluation failed, as when the model has"
+        " diverged), which no mean over the other seeds may hide. "
         + accuracy_words(outcomes),
         "",
         _parameters(),
