@@ -33,7 +33,7 @@ from reproduce.runner import Experiment, Outcome, make_outcome  # noqa: E402
 
 def outcome(
     experiment: Experiment,
-    finals: dict[str, list[float]],
+    finals: dict[str, list[float | None]],
     extra: dict[str, dict[str, Any]] | None = None,
     rows: dict[str, list[dict[str, Any]]] | None = None,
 ) -> Outcome:
@@ -491,3 +491,21 @@ def test_ari_is_shown_only_where_the_scenario_plants_groups(
     from reproduce.runner import plants_groups
 
     assert plants_groups(scenario) is planted
+
+
+def test_a_baseline_seed_without_accuracy_has_collapsed() -> None:
+    # Every client's last evaluation failed in seed 1 (a diverged model): the
+    # seed-by-seed values leave that seed out, so the two left would say
+    # "holds" were the collapse not read from the summaries.
+    o = outcome(EXPERIMENT, {"method": [0.9, 0.91, 0.92], "baseline": [0.6, None, 0.6]})
+    c = comparison(
+        "k",
+        "P",
+        "T",
+        "method above baseline",
+        o.per_seed("method", lambda s, _: s["final_mean_acc"]),
+        o.per_seed("baseline", lambda s, _: s["final_mean_acc"]),
+        runs=([(o, "method")], [(o, "baseline")]),
+    )
+    assert c.verdict == COLLAPSED
+    assert c.collapsed == ("x baseline",)

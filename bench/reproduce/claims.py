@@ -17,8 +17,8 @@ A claim is one of two kinds:
 
 Only the papers' own claims (`own`) get verdicts; a measurement of ours
 beyond them is shown with its interval and no verdict. A comparison with a
-run that collapsed (final mean accuracy under twice chance in any seed)
-never holds: its verdict reads "baseline collapsed".
+run that collapsed (final mean accuracy under twice chance, or none, in
+any seed) never holds: its verdict reads "baseline collapsed".
 """
 
 from __future__ import annotations
@@ -241,11 +241,13 @@ def holm(p_values: Sequence[float], alpha: float) -> list[bool]:
 
 def collapsed(outcome: Outcome, algorithm: str) -> list[str]:
     """`["<key> <algorithm>"]` when a seed of the run ended under twice
-    chance (final mean accuracy), else []."""
+    chance (final mean accuracy) or without any (every client's last
+    evaluation failed: a diverged model, which the seed-by-seed values
+    leave out), else []."""
     finals = [
         s.get("final_mean_acc") for s in outcome.seed_summaries[algorithm].values()
     ]
-    if any(f is not None and f < 2 * CHANCE for f in finals):
+    if any(f is None or f < 2 * CHANCE for f in finals):
         return [f"{outcome.experiment.key} {algorithm}"]
     return []
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from clusterfed.seeds import Interval
 
@@ -95,18 +96,24 @@ def provenance(*outcomes: Outcome) -> list[str]:
             f" {o.dataset}, {o.seconds:.0f} s; results in `{where}`."
         )
     near_chance = [
-        f"{o.experiment.key} {algorithm} seed {seed} ({s['final_mean_acc']:.3f})"
+        f"{o.experiment.key} {algorithm} seed {seed} ({_final(s)})"
         for o in outcomes
         for algorithm, by_seed in o.seed_summaries.items()
         for seed, s in sorted(by_seed.items())
-        if s.get("final_mean_acc") is not None and s["final_mean_acc"] < 2 * CHANCE
+        if s.get("final_mean_acc") is None or s["final_mean_acc"] < 2 * CHANCE
     ]
     if near_chance:
         lines.append(
             f"- Ended near chance (final mean accuracy under twice chance,"
-            f" {2 * CHANCE:.2f}): {', '.join(near_chance)}."
+            f" {2 * CHANCE:.2f}, or none: every client's last evaluation"
+            f" failed): {', '.join(near_chance)}."
         )
     return [*lines, ""]
+
+
+def _final(summary: dict[str, Any]) -> str:
+    value = summary.get("final_mean_acc")
+    return "none" if value is None else f"{value:.3f}"
 
 
 def claims_summary(claims: Claims) -> list[str]:
@@ -156,8 +163,8 @@ def claims_summary(claims: Claims) -> list[str]:
         f" under {ALPHA * 100:.0f} %: it tests twice the smaller one-sided p (the"
         " two-sided p), the i-th smallest of m against 0.05 / (m − i + 1). A"
         f" comparison with a run that collapsed (final mean accuracy under"
-        f" {2 * CHANCE:.1f}, twice chance, in any seed) never holds: it reads"
-        f" “{COLLAPSED}”.",
+        f" {2 * CHANCE:.1f}, twice chance, or none, in any seed) never holds:"
+        f" it reads “{COLLAPSED}”.",
         "",
         *table(
             [
