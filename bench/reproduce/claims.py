@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from scipy import stats
 
@@ -239,15 +240,18 @@ def holm(p_values: Sequence[float], alpha: float) -> list[bool]:
     return rejected
 
 
+def seed_collapsed(summary: dict[str, Any]) -> bool:
+    """Whether a seed ended under twice chance (final mean accuracy) or
+    without any (every client's last evaluation failed: a diverged model,
+    which the seed-by-seed values leave out)."""
+    final = summary.get("final_mean_acc")
+    return final is None or final < 2 * CHANCE
+
+
 def collapsed(outcome: Outcome, algorithm: str) -> list[str]:
-    """`["<key> <algorithm>"]` when a seed of the run ended under twice
-    chance (final mean accuracy) or without any (every client's last
-    evaluation failed: a diverged model, which the seed-by-seed values
-    leave out), else []."""
-    finals = [
-        s.get("final_mean_acc") for s in outcome.seed_summaries[algorithm].values()
-    ]
-    if any(f is None or f < 2 * CHANCE for f in finals):
+    """`["<key> <algorithm>"]` when a seed of the run collapsed
+    (`seed_collapsed`), else []."""
+    if any(map(seed_collapsed, outcome.seed_summaries[algorithm].values())):
         return [f"{outcome.experiment.key} {algorithm}"]
     return []
 

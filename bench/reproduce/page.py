@@ -19,6 +19,7 @@ from .claims import (
     MEASURED,
     SIGN_TEST_SEEDS,
     Claims,
+    seed_collapsed,
 )
 from .markdown import table
 from .runner import HOLD_OUT, ROOT, TEST_SETS, ByKey, Outcome
@@ -100,7 +101,7 @@ def provenance(*outcomes: Outcome) -> list[str]:
         for o in outcomes
         for algorithm, by_seed in o.seed_summaries.items()
         for seed, s in sorted(by_seed.items())
-        if s.get("final_mean_acc") is None or s["final_mean_acc"] < 2 * CHANCE
+        if seed_collapsed(s)
     ]
     if near_chance:
         lines.append(
