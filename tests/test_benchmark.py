@@ -190,6 +190,53 @@ def test_the_drift_setting_counts_rounds_to_purity_from_the_drift() -> None:
     assert b.strip("|").split("|")[column].strip() == "2.5 ± 6.4"
 
 
+def test_the_page_names_algorithms_that_ran_the_same_rounds() -> None:
+    def run(accs: list[float], clusters: int) -> list[dict[str, Any]]:
+        return [
+            {"round": r, "n_clusters": clusters, "ari": 0.0, "clients": [{"acc": a}]}
+            for r, a in enumerate(accs)
+        ]
+
+    seed_rows = {
+        "fedavg": {0: run([0.5, 0.6], 1), 1: run([0.4, 0.7], 1)},
+        "keeps_one": {0: run([0.5, 0.6], 1), 1: run([0.4, 0.7], 1)},
+        # equal to FedAvg in seed 0 only: not equal
+        "one_seed": {0: run([0.5, 0.6], 1), 1: run([0.4, 0.71], 1)},
+        "fedac": {0: run([0.5, 0.8], 2), 1: run([0.5, 0.8], 2)},
+        "fedacp": {0: run([0.5, 0.8], 2), 1: run([0.5, 0.8], 2)},
+        "a": {0: run([0.3, 0.3], 3), 1: run([0.3, 0.3], 3)},
+        "b": {0: run([0.3, 0.3], 3), 1: run([0.3, 0.3], 3)},
+        "never_ran": {0: [], 1: []},
+        "also_never": {0: [], 1: []},
+    }
+    summaries = {
+        name: {seed: {"final_mean_acc": 0.5} for seed in by}
+        for name, by in seed_rows.items()
+    }
+    experiment = benchmark.experiments()[0]
+    made = make_outcome(
+        experiment, "fashion_mnist", 1.0, summaries, seed_rows, Path("."), False
+    )
+    assert page.equal_runs(made) == [
+        ["fedavg", "keeps_one"],
+        ["fedac", "fedacp"],
+        ["a", "b"],
+    ]
+    (note, _) = page.equal_runs_note(made)
+    assert (
+        "fedavg = keeps_one (keeps_one kept one cluster in every round: FedAvg)" in note
+    )
+    assert "fedac = fedacp (FedACP departs from FedAC only" in note
+    # equal without a known reason: named, not explained
+    assert note.endswith("; a = b.")
+    assert "one_seed" not in note and "never_ran" not in note
+    # one accuracy apart in one round: no note at all
+    seed_rows["keeps_one"][1][1]["clients"][0]["acc"] = 0.7000001
+    for name in ("fedac", "a"):
+        seed_rows[name][0][0]["n_clusters"] = 4
+    assert page.equal_runs_note(made) == []
+
+
 def test_summary_rings_keep_agreeing_algorithms_visible() -> None:
     sizes = ring_sizes([(1.0, 0.86), (0.99, 0.861), (0.5, 0.82), (1.0, 0.855)])
     # Three algorithms at ARI 1 get three distinct, growing rings; the one

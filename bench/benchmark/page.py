@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from reproduce.records import compact_rows
 from reproduce.runner import TEST_SETS, Outcome, plants_groups
 from reproduce.sitting import shown
 
@@ -172,6 +173,71 @@ def table(outcome: Outcome) -> list[str]:
     return lines
 
 
+# Pairs that run the same rounds by design on every setting here, and why;
+# the page says so only where the records show it (`equal_runs`).
+SAME_BY_DESIGN = {
+    frozenset({"fedac", "fedacp"}): "FedACP departs from FedAC only in a round"
+    " that leaves some of a cluster's clients out, by sampling or failure, and"
+    " here every client trains every round",
+}
+
+
+def equal_runs(outcome: Outcome) -> list[list[str]]:
+    """Groups of algorithms that ran the same rounds in every seed: the
+    clustering, the mean accuracy and the clients' accuracies as recorded,
+    round by round (wall time aside), in the table's order."""
+    runs = {
+        name: {seed: compact_rows(rows) for seed, rows in by_seed.items()}
+        for name, by_seed in outcome.seed_rows.items()
+        if by_seed and all(by_seed.values())
+    }
+    groups: list[list[str]] = []
+    for name, found in runs.items():
+        same = next((g for g in groups if runs[g[0]] == found), None)
+        if same is None:
+            groups.append([name])
+        else:
+            same.append(name)
+    return [g for g in groups if len(g) > 1]
+
+
+def one_cluster(outcome: Outcome, name: str) -> bool:
+    """Whether `name` kept a single cluster in every round of every seed."""
+    return all(
+        row.get("n_clusters") == 1
+        for rows in outcome.seed_rows[name].values()
+        for row in rows
+    )
+
+
+def why_equal(outcome: Outcome, group: Sequence[str]) -> str:
+    """Why a group of `equal_runs` is equal, where the records or
+    SAME_BY_DESIGN tell; else empty."""
+    if "fedavg" in group:
+        rest = [n for n in group if n != "fedavg"]
+        if all(one_cluster(outcome, n) for n in rest):
+            kept = " and ".join(rest)
+            return f"{kept} kept one cluster in every round: FedAvg"
+    return SAME_BY_DESIGN.get(frozenset(group), "")
+
+
+def equal_runs_note(outcome: Outcome) -> list[str]:
+    """The sentence under a table that names its equal rows, or nothing."""
+    groups = equal_runs(outcome)
+    if not groups:
+        return []
+    said = []
+    for group in groups:
+        why = why_equal(outcome, group)
+        said.append(" = ".join(group) + (f" ({why})" if why else ""))
+    return [
+        "**Equal rows.** These ran the same rounds in every seed, to the last"
+        " recorded digit (cluster count, ARI, purity, the mean and every"
+        " recorded client accuracy, round by round): " + "; ".join(said) + ".",
+        "",
+    ]
+
+
 def cost(outcomes: Sequence[Outcome]) -> list[str]:
     """What the recorded runs took: per setting, the runs' own wall time."""
     lines = [
@@ -266,6 +332,7 @@ def write_page(
             "",
             *table(outcome),
             "",
+            *equal_runs_note(outcome),
             f"![mean client accuracy per round, {key}]({link(figure)})",
             "",
         ]

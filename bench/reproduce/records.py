@@ -97,10 +97,7 @@ def save(outcome: Outcome, records: Path) -> Path:
         seconds = wall_seconds(summaries)
     for name, by_seed in outcome.seed_rows.items():
         rows.setdefault(name, {}).update(
-            {
-                seed: [_compact(r, i == len(runs) - 1) for i, r in enumerate(runs)]
-                for seed, runs in by_seed.items()
-            }
+            {seed: compact_rows(runs) for seed, runs in by_seed.items()}
         )
     seeds = _seeds_of(summaries)
     # Each client's accuracy in every round of the first seed (the figures'),
@@ -355,6 +352,12 @@ def _command_key(command: str, without_sets: bool) -> str:
 
 def _sorted(by_name: dict[str, dict[int, Any]]) -> dict[str, dict[int, Any]]:
     return {name: dict(sorted(by_seed.items())) for name, by_seed in by_name.items()}
+
+
+def compact_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A run's rows as a record keeps them: round, clustering, the mean and
+    every client's accuracy (and, in the final round, its cluster)."""
+    return [_compact(r, i == len(runs) - 1) for i, r in enumerate(runs)]
 
 
 def _compact(row: dict[str, Any], final: bool) -> dict[str, Any]:
