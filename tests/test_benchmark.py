@@ -108,6 +108,20 @@ def test_a_best_is_marked_only_where_the_seeds_separate_it() -> None:
     assert page.best(one, FINAL) is None
 
 
+def test_a_best_must_be_separated_from_every_row_not_only_the_runner_up() -> None:
+    walls = {name: [1.0] * 3 for name in "abc"}
+    # a beats the runner-up b by 0.01 in every seed, but c, lower on
+    # average, is noisy: a - c is 0.2, -0.05, 0.05, an interval around 0.
+    made = outcome(
+        {"a": [0.80, 0.70, 0.60], "b": [0.79, 0.69, 0.59], "c": [0.60, 0.75, 0.55]},
+        walls,
+    )
+    assert page.best(made, FINAL) is None
+    # without c, a is separated from every other row
+    made.seed_summaries.pop("c")
+    assert page.best(made, FINAL) == "a"
+
+
 def test_a_seed_that_never_reaches_purity_keeps_an_algorithm_unmarked() -> None:
     walls = {"a": [1.0] * 3, "b": [1.0] * 3}
     made = outcome({"a": [0.5] * 3, "b": [0.5] * 3}, walls)
