@@ -35,7 +35,7 @@ def test_every_cell_is_a_valid_scenario(quick: bool) -> None:
             algorithms=list(experiment.algorithms),
         )
         attackers = {c for f in scenario.faulty for c in f.ids}
-        if experiment.key.startswith("none__"):
+        if experiment.key.startswith("none__") or experiment.key.endswith("__none"):
             assert not attackers
         else:
             assert len(attackers) == scenario.clients // 5  # 20 %
@@ -110,8 +110,8 @@ def test_the_page_names_what_is_not_recorded(tmp_path: Path) -> None:
     assert f"from the records in `{tmp_path / 'kept'}`" in text
     # FLANDERS' FedAvg under ALIE beside ours in its own measure.
     assert "| `alie` | `mean` | 0.17 | — | — | — |" in text
-    # 132 cells and 12 clustered rows (FedAvg's rows are cells of the table).
-    assert "Not recorded yet (144)" in text
+    # 132 cells and 16 clustered rows (FedAvg's rows are cells of the table).
+    assert "Not recorded yet (148)" in text
 
 
 def test_the_page_says_flanders_lie_is_another_shift(tmp_path: Path) -> None:
@@ -171,6 +171,18 @@ def test_the_page_reads_fedavgs_row_from_the_tables_median_cell(
         in text
     )
     assert "`clustered__alie (fedavg)`" not in text and "clustered__ipm (cfl)" in text
+
+
+def test_the_clean_clustered_row_has_no_split_to_measure(tmp_path: Path) -> None:
+    # Without attackers the split is undefined: attacker_split leaves it None.
+    clean = {**attacker_split([_row([0, 1, 1, 0], set())]), "n_clusters_final": 2.0}
+    assert clean["attacker_ari"] is None and clean["honest_acc"] == pytest.approx(0.6)
+    outcomes = [_recorded("clustered__none", {a: [clean] for a in byzantine.CLUSTERED})]
+    page = tmp_path / "BYZANTINE.md"
+    write_page(outcomes, "cmd", page, False, tmp_path)
+    text = page.read_text()
+    assert "| `none` | cfl | n/a | n/a | n/a | 2.0 (1 seed) | 0.0 (1 seed)" in text
+    assert "clustered__none (cfl)" not in text and "clustered__alie (cfl)" in text
 
 
 def test_a_seed_without_accuracy_is_shown_not_averaged_away(tmp_path: Path) -> None:

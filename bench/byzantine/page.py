@@ -225,7 +225,11 @@ def _clustered(by_key: dict[str, Outcome], missing: list[str]) -> list[str]:
         " warm-up), and CFL's relative thresholds come from a warm-up the"
         " attackers take part in. IFCA's attackers choose their cluster"
         " honestly, by their model's loss on their own data (only their update"
-        " is forged), so IFCA cannot isolate them by construction.",
+        " is forged), so IFCA cannot isolate them by construction. The"
+        " `none` rows run the same algorithms without attackers: clustering"
+        " also personalises on Dirichlet 0.5, so an attacked row's honest"
+        " accuracy is read against its algorithm's `none` row, not against"
+        " FedAvg's (the split measures are n/a there: no attacker to split).",
         "",
         "*ARI*: the final clustering against the attacker/honest split; it is"
         " 1 only for two clusters, the attackers' and the honest clients', so"
