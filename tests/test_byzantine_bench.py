@@ -185,6 +185,39 @@ def test_the_clean_clustered_row_has_no_split_to_measure(tmp_path: Path) -> None
     assert "clustered__none (cfl)" not in text and "clustered__alie (cfl)" in text
 
 
+def test_the_page_counts_honest_clients_left_without_accuracy(tmp_path: Path) -> None:
+    # A diverged cluster: 6 honest clients and 2 attackers lost their accuracy;
+    # honest_acc is a mean over the rest, so the page says how many it left out.
+    attackers = set(byzantine.FULL[1])
+    honest_lost = [i for i in range(100) if i not in attackers][:6]
+    lost = {*honest_lost, 4, 9}
+    final = {
+        "round": 49,
+        "clients": [
+            {"id": i, "acc": None if i in lost else 0.8, "cluster": 0}
+            for i in range(100)
+        ],
+    }
+    (experiment,) = [e for e in byzantine.experiments() if e.key == "clustered__ipm"]
+    outcome = make_outcome(
+        experiment,
+        "fashion_mnist",
+        1.0,
+        {"cfl": {0: {"honest_acc": 0.8}}},
+        {"cfl": {0: [final]}},
+        Path("."),
+        False,
+    )
+    page = tmp_path / "BYZANTINE.md"
+    write_page([outcome], "cmd", page, False, tmp_path)
+    row = next(
+        line
+        for line in page.read_text().splitlines()
+        if line.startswith("| `ipm` | cfl")
+    )
+    assert row.endswith("| 0.800 (1 seed) | 0.075 (1 seed) |")  # 6 of 80
+
+
 def test_a_seed_without_accuracy_is_shown_not_averaged_away(tmp_path: Path) -> None:
     # A defence that lets the model diverge in one seed of three: every honest
     # client's last evaluation failed there, so its summary has no accuracy.

@@ -7,9 +7,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from reproduce.page import accuracy_words
-from reproduce.runner import Outcome, summary_value
+from reproduce.runner import Outcome, SeedValue, summary_value
 from reproduce.sitting import shown
 from scipy.stats import norm
 
@@ -49,7 +50,13 @@ def _cell(outcome: Outcome | None, algorithm: str, metric: str, digits: int = 3)
         failed = [s for s, summary in runs.items() if summary.get(metric) is None]
         if failed:
             return f"none in {len(failed)} of {len(runs)} seeds"
-    values = list(outcome.per_seed(algorithm, summary_value(metric)).values())
+    return _shown(outcome, algorithm, summary_value(metric), digits)
+
+
+def _shown(outcome: Outcome, algorithm: str, value: SeedValue, digits: int = 3) -> str:
+    """`value` over the seeds of `algorithm`'s runs: its mean and the 95 %
+    half-width, with the seed count where it is short of SEEDS."""
+    values = list(outcome.per_seed(algorithm, value).values())
     if not values:
         return "n/a"
     found = interval(values)
@@ -208,6 +215,24 @@ def _beside_flanders(by_key: dict[str, Outcome]) -> list[str]:
     return [*lines, "", _flanders_lie()]
 
 
+def _honest_without_accuracy(outcome: Outcome) -> SeedValue:
+    """The share of honest clients with no accuracy in a seed's final row
+    (their last evaluation failed: here, their cluster's model diverged),
+    which `honest_acc`, a mean over those with one, cannot show. Read from
+    the record's final row, whose clients keep their id and accuracy, and the
+    experiment's attackers, so records made before this measure show it."""
+    attackers = {i for f in outcome.experiment.resolved(DATASET).faulty for i in f.ids}
+
+    def share(_: dict[str, Any], rows: list[dict[str, Any]]) -> float | None:
+        clients = rows[-1].get("clients", []) if rows else []
+        honest = [c for c in clients if c["id"] not in attackers]
+        if not honest:
+            return None
+        return sum(c.get("acc") is None for c in honest) / len(honest)
+
+    return share
+
+
 def _clustered(by_key: dict[str, Outcome], missing: list[str]) -> list[str]:
     """Do the clustered algorithms put the attackers in clusters of their
     own? Appends what is not recorded to `missing`."""
@@ -239,11 +264,14 @@ def _clustered(by_key: dict[str, Outcome], missing: list[str]) -> list[str]:
         " share of honest clients whose cluster holds an attacker; *clusters*:"
         " how many the final round has; *unassigned*: clients the final round"
         " left without a cluster, out of ARI, *alone* and *exposed*; *honest"
-        " acc*: the honest clients' final mean accuracy.",
+        " acc*: the honest clients' final mean accuracy, over those with one;"
+        " *no acc*: the share of honest clients without one (their last"
+        " evaluation failed, as when their cluster's model diverged), whom"
+        " *honest acc* leaves out.",
         "",
         "| attack | algorithm | ARI | alone | exposed | clusters | unassigned"
-        " | honest acc |",
-        "|---|---|---|---|---|---|---|---|",
+        " | honest acc | no acc |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     metrics = (
         "attacker_ari",
@@ -266,5 +294,10 @@ def _clustered(by_key: dict[str, Outcome], missing: list[str]) -> list[str]:
             cells = [
                 _cell(outcome, algorithm, m, 1 if m in COUNTS else 3) for m in metrics
             ]
+            cells.append(
+                _shown(outcome, algorithm, _honest_without_accuracy(outcome))
+                if outcome is not None and algorithm in outcome.seed_summaries
+                else "—"
+            )
             lines.append(f"| `{attack}` | {name} | " + " | ".join(cells) + " |")
     return lines
