@@ -3,7 +3,7 @@ layout (Fashion-MNIST, 100 clients all sampled, 50 rounds, Dirichlet 0.5, an
 MLP, 20 % attackers), 3 seeds, with FLANDERS' published figures (best
 rounds) beside; and the clustered section (ALIE, IPM and sign flip against
 cfl, ifca, dcfl, flhc and FedAvg with a defence: do the attackers end in a
-cluster of their own?).
+cluster of their own? and the same algorithms without attackers).
 Writes docs/BYZANTINE.md from the records in docs/records/byzantine, built
 over sittings like bench/benchmark.py.
 

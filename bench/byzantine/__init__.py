@@ -5,7 +5,7 @@ the reproduce machinery (bench/reproduce/runner.py: a `clusterfed compare`
 of FedAvg on the `byzantine-fmnist` scenario with `--set faulty=...` and
 `--set aggregator=...`), recorded seed by seed (bench/reproduce/records.py).
 The clustered section's experiments run cfl, ifca, dcfl and flhc under an
-attack; its FedAvg row is the table's cell of that attack against
+attack, and without one (its clean row); its FedAvg row is the table's cell of that attack against
 `BEST_DEFENCE`, not a run of its own.
 
 --quick runs a few cells on a smaller copy of the layout (20 clients, 4 of
@@ -108,6 +108,7 @@ def _attack(attack: str) -> list[str]:
 
 
 def _attackers(attack: str, quick: bool) -> list[str]:
+    """The attack's sets and, in --quick, the smaller layout's attackers."""
     sets = [*_attack(attack), *_layout(quick)]
     if attack == "none":  # no attacker: _layout's ids have no entry
         return [s for s in sets if not s.startswith("faulty.")]
