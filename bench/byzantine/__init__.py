@@ -5,8 +5,8 @@ the reproduce machinery (bench/reproduce/runner.py: a `clusterfed compare`
 of FedAvg on the `byzantine-fmnist` scenario with `--set faulty=...` and
 `--set aggregator=...`), recorded seed by seed (bench/reproduce/records.py).
 The clustered section's experiments run cfl, ifca, dcfl and flhc under an
-attack, and without one (its clean row); its FedAvg row is the table's cell of that attack against
-`BEST_DEFENCE`, not a run of its own.
+attack, and without one (its clean row); its FedAvg row is the table's cell
+of that attack against `BEST_DEFENCE`, not a run of its own.
 
 --quick runs a few cells on a smaller copy of the layout (20 clients, 4 of
 them attackers, 3 rounds): it checks the machinery, not the figures.
