@@ -6,7 +6,7 @@ The settings are built-in scenarios (`clusterfed list`: bench-*-fmnist,
 defined in scenarios/benchmark.py): planted rotations, label-skew groups,
 Dirichlet(0.1) without planted groups, and concept drift. The whole
 benchmark takes hours (the page's cost table), so it is built over sittings:
-every setting's outcome is recorded seed by seed in docs/records/benchmark,
+every setting's outcome is recorded run by run in docs/records/benchmark,
 and the page is written from every record there.
 
     python bench/benchmark.py --quick            # every algorithm once, 3 rounds

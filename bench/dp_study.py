@@ -4,7 +4,7 @@
 fixed and adaptive; writes docs/DP-STUDY.md.
 
 Hours of runs (a DP round of dcfl-fmnist is seconds, 60 rounds a run), so it
-is built over sittings: every cell's outcome is recorded seed by seed in
+is built over sittings: every cell's outcome is recorded run by run in
 docs/records/dp-study, and the page is written from every record there. One
 seed of every cell's screen first (DCFL; DP-FedAvg's: FedAvg); the page then
 names the best two of each kind and the local cell nearest the paper, and

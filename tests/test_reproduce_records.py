@@ -44,17 +44,20 @@ def outcome(
     tested: bool,
     rounds: int | None = None,
     experiment: Experiment = EXPERIMENT,
+    algorithms: tuple[str, ...] | None = None,
 ) -> Outcome:
-    """Runs of `experiment` of `rounds` rounds (default: its scenario's)."""
+    """Runs of `experiment` of `rounds` rounds (default: its scenario's), of
+    `algorithms` (default: all of the experiment's)."""
     rounds = rounds or planned_rounds(experiment, dataset, False)
+    algorithms = algorithms or experiment.algorithms
     summaries = {
         a: {
             s: {"final_mean_acc": 0.5 + s / 10, "wall_s": 1.0, "rounds": rounds}
             for s in seeds
         }
-        for a in experiment.algorithms
+        for a in algorithms
     }
-    seed_rows = {a: {s: rows(tested) for s in seeds} for a in experiment.algorithms}
+    seed_rows = {a: {s: rows(tested) for s in seeds} for a in algorithms}
     return make_outcome(
         experiment,
         dataset,
@@ -65,6 +68,13 @@ def outcome(
         False,
         measured_on(seed_rows),
     )
+
+
+def seeds_recorded(records: Path, dataset: str, experiment: Experiment) -> set[int]:
+    """The seeds of which the record holds a run of every algorithm."""
+    found = recorded(records, False)(dataset, experiment)
+    names = experiment.algorithms
+    return set.intersection(*(found.get(a, set()) for a in names))
 
 
 def two_quick_experiments() -> list[Experiment]:
@@ -92,7 +102,7 @@ def test_a_record_keeps_what_its_accuracy_was_measured_on(tmp_path: Path) -> Non
     path = save(outcome("fashion_mnist", [0, 1], tested=True), tmp_path)
     (back,) = load(tmp_path, [EXPERIMENT], ["fashion_mnist"], quick=False)
     assert back.accuracy == TEST_SETS
-    assert recorded(tmp_path, False)("fashion_mnist", EXPERIMENT) == {0, 1}
+    assert seeds_recorded(tmp_path, "fashion_mnist", EXPERIMENT) == {0, 1}
     # A record from before the field: its accuracies are the hold-out's, so a
     # dataset with a test split has none of its seeds recorded (re-run)...
     record = json.loads(gzip.decompress(path.read_bytes()))
@@ -100,7 +110,7 @@ def test_a_record_keeps_what_its_accuracy_was_measured_on(tmp_path: Path) -> Non
     path.write_bytes(gzip.compress(json.dumps(record).encode()))
     (old,) = load(tmp_path, [EXPERIMENT], ["fashion_mnist"], quick=False)
     assert old.accuracy == HOLD_OUT
-    assert recorded(tmp_path, False)("fashion_mnist", EXPERIMENT) == set()
+    assert seeds_recorded(tmp_path, "fashion_mnist", EXPERIMENT) == set()
     # ... and a new seed replaces the record rather than joining it.
     save(outcome("fashion_mnist", [2], tested=True), tmp_path)
     (new,) = load(tmp_path, [EXPERIMENT], ["fashion_mnist"], quick=False)
@@ -128,12 +138,12 @@ def test_a_record_of_other_rounds_than_its_scenario_has_is_run_again(
     # (the command, which names the scenario, reads the same).
     rounds = planned_rounds(EXPERIMENT, "digits", False)
     save(outcome("digits", [0, 1], tested=False, rounds=rounds - 10), tmp_path)
-    assert recorded(tmp_path, False)("digits", EXPERIMENT) == set()
+    assert seeds_recorded(tmp_path, "digits", EXPERIMENT) == set()
     assert load(tmp_path, [EXPERIMENT], ["digits"], quick=False) == []
     save(outcome("digits", [2], tested=False), tmp_path)
     (new,) = load(tmp_path, [EXPERIMENT], ["digits"], quick=False)
     assert new.seeds == (2,)
-    assert recorded(tmp_path, False)("digits", EXPERIMENT) == {2}
+    assert seeds_recorded(tmp_path, "digits", EXPERIMENT) == {2}
 
 
 def test_digits_records_stay_on_the_hold_out(tmp_path: Path) -> None:
@@ -269,7 +279,7 @@ def test_a_record_of_a_scenario_edited_since_is_run_again(
     from clusterfed.scenarios.loader import with_overrides
 
     save(outcome("digits", [0, 1], tested=False), tmp_path)
-    assert recorded(tmp_path, False)("digits", EXPERIMENT) == {0, 1}
+    assert seeds_recorded(tmp_path, "digits", EXPERIMENT) == {0, 1}
     # The command names the scenario, not what it holds: an edit that keeps
     # the rounds (a DP study choosing another batch) must not pass for it.
     name = EXPERIMENT.scenario_for("digits")
@@ -279,19 +289,19 @@ def test_a_record_of_a_scenario_edited_since_is_run_again(
         monkeypatch.setitem(
             BUILTIN, name, lambda e=edit: with_overrides(original(), [e])
         )
-        assert recorded(tmp_path, False)("digits", EXPERIMENT) == set(), edit
+        assert seeds_recorded(tmp_path, "digits", EXPERIMENT) == set(), edit
         assert load(tmp_path, [EXPERIMENT], ["digits"], quick=False) == [], edit
     # A description's words are not what the runs are made of.
     monkeypatch.setitem(
         BUILTIN, name, lambda: original().model_copy(update={"description": "new"})
     )
-    assert recorded(tmp_path, False)("digits", EXPERIMENT) == {0, 1}
+    assert seeds_recorded(tmp_path, "digits", EXPERIMENT) == {0, 1}
     # A record from before the digest is judged by its command and rounds.
     path = tmp_path / "digits" / f"{EXPERIMENT.key}.json.gz"
     record = json.loads(gzip.decompress(path.read_bytes()))
     del record["scenario"]
     path.write_bytes(gzip.compress(json.dumps(record).encode()))
-    assert recorded(tmp_path, False)("digits", EXPERIMENT) == {0, 1}
+    assert seeds_recorded(tmp_path, "digits", EXPERIMENT) == {0, 1}
     (back,) = load(tmp_path, [EXPERIMENT], ["digits"], quick=False)
     assert back.seeds == (0, 1)
 
@@ -308,7 +318,7 @@ def test_a_set_that_pins_a_value_the_scenario_had_keeps_the_record(
     pinned = replace(EXPERIMENT, sets=(*EXPERIMENT.sets, f"train.batch_size={batch}"))
     assert pinned.command(False, "digits") != EXPERIMENT.command(False, "digits")
     # The runs are made of the same scenario: resumed, and new seeds join.
-    assert recorded(tmp_path, False)("digits", pinned) == {0, 1}
+    assert seeds_recorded(tmp_path, "digits", pinned) == {0, 1}
     save(outcome("digits", [2], tested=False, experiment=pinned), tmp_path)
     (back,) = load(tmp_path, [pinned], ["digits"], quick=False)
     assert back.seeds == (0, 1, 2)
@@ -316,18 +326,18 @@ def test_a_set_that_pins_a_value_the_scenario_had_keeps_the_record(
     moved = replace(
         EXPERIMENT, sets=(*EXPERIMENT.sets, f"train.batch_size={2 * batch}")
     )
-    assert recorded(tmp_path, False)("digits", moved) == set()
+    assert seeds_recorded(tmp_path, "digits", moved) == set()
     # So is another algorithm list, whatever the scenario.
     fewer = replace(EXPERIMENT, algorithms=EXPERIMENT.algorithms[:1])
-    assert recorded(tmp_path, False)("digits", fewer) == set()
+    assert seeds_recorded(tmp_path, "digits", fewer) == set()
     # A record from before the scenario was kept has only its command to go
     # by: there, the wording of the sets decides.
     path = tmp_path / "digits" / f"{EXPERIMENT.key}.json.gz"
     record = json.loads(gzip.decompress(path.read_bytes()))
     del record["scenario"]
     path.write_bytes(gzip.compress(json.dumps(record).encode()))
-    assert recorded(tmp_path, False)("digits", pinned) == {0, 1, 2}
-    assert recorded(tmp_path, False)("digits", EXPERIMENT) == set()
+    assert seeds_recorded(tmp_path, "digits", pinned) == {0, 1, 2}
+    assert seeds_recorded(tmp_path, "digits", EXPERIMENT) == set()
 
 
 def test_a_sitting_records_each_experiment_as_soon_as_it_has_run(
@@ -348,8 +358,8 @@ def test_a_sitting_records_each_experiment_as_soon_as_it_has_run(
     monkeypatch.setattr(sitting, "run_all", run_all)
     with pytest.raises(KeyboardInterrupt):
         sitting.sit(parser, parser.parse_args([]), [first, second], "digits")
-    assert recorded(tmp_path / "records", False)("digits", first) == {0}
-    assert recorded(tmp_path / "records", False)("digits", second) == set()
+    assert seeds_recorded(tmp_path / "records", "digits", first) == {0}
+    assert seeds_recorded(tmp_path / "records", "digits", second) == set()
 
 
 def test_run_all_hands_over_each_outcome_before_the_next_experiment(
@@ -408,9 +418,9 @@ def test_run_all_skips_what_another_sitting_runs_and_reads_seeds_under_the_claim
             yield mine
             events.append(f"let go {experiment.key}")
 
-    def recorded(_: str, experiment: Experiment) -> set[int]:
+    def recorded(_: str, experiment: Experiment) -> dict[str, set[int]]:
         events.append(f"seeds of {experiment.key}")
-        return set()
+        return {}
 
     with held("digits", quick[0]):  # another sitting runs "first"
         outcomes = run_all(
@@ -425,3 +435,74 @@ def test_run_all_skips_what_another_sitting_runs_and_reads_seeds_under_the_claim
         "seeds of second",
         "let go second",
     ]
+
+
+def test_a_record_grows_run_by_run_and_shows_a_seed_once_it_is_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A run of hours is kept when it ends: a working session (and the
+    # machine) may end before its seed's other algorithms have run.
+    first, second = EXPERIMENT.algorithms
+    save(outcome("digits", [0], False, algorithms=(first,)), tmp_path)
+    assert recorded(tmp_path, False)("digits", EXPERIMENT) == {first: {0}}
+    assert load(tmp_path, [EXPERIMENT], ["digits"], quick=False) == []
+    assert "no seed has a run of every algorithm" in capsys.readouterr().err
+    save(outcome("digits", [0, 1], False, algorithms=(second,)), tmp_path)
+    found = recorded(tmp_path, False)("digits", EXPERIMENT)
+    assert found == {first: {0}, second: {0, 1}}
+    (back,) = load(tmp_path, [EXPERIMENT], ["digits"], quick=False)
+    # Seed 1 waits for its first algorithm; the cost is the shown runs'.
+    assert back.seeds == (0,) and back.seconds == 2.0
+    assert set(back.seed_summaries[second]) == {0}
+    save(outcome("digits", [1], False, algorithms=(first,)), tmp_path)
+    (whole,) = load(tmp_path, [EXPERIMENT], ["digits"], quick=False)
+    assert whole.seeds == (0, 1) and whole.seconds == 4.0
+    assert whole.seed_summaries[first][1]["final_mean_acc"] == 0.6
+
+
+def test_run_all_runs_only_the_runs_not_recorded_and_hands_over_each(
+    tmp_path: Path,
+) -> None:
+    from dataclasses import replace
+
+    from reproduce.runner import run_all
+
+    from clusterfed.comparison import compare
+
+    # `mu` is fedprox's alone: resolved against both algorithms, as one
+    # comparison of the two would, even for FedAvg's run on its own.
+    (two,) = [
+        replace(e, algorithms=("fedprox", "fedavg"), sets=("clients=4", "mu=0.5"))
+        for e in two_quick_experiments()[:1]
+    ]
+    handed: list[set[str]] = []
+
+    def on_outcome(done: Outcome) -> None:
+        handed.append(set(done.seed_summaries))
+
+    (ran,) = run_all([two], True, tmp_path / "a", [], ["digits"], on_outcome=on_outcome)
+    assert handed == [{"fedprox"}, {"fedprox", "fedavg"}]
+    together = compare(
+        "quickstart",
+        ["fedprox", "fedavg"],
+        out=tmp_path / "together",
+        rounds=1,
+        overrides=["clients=4", "mu=0.5"],
+    ).summaries
+    for name in ("fedavg", "fedprox"):
+        alone = ran.seed_summaries[name][0]
+        assert alone["final_mean_acc"] == together[name]["final_mean_acc"], name
+    handed.clear()
+    (rest,) = run_all(
+        [two],
+        True,
+        tmp_path / "b",
+        [],
+        ["digits"],
+        recorded=lambda _, __: {"fedprox": {0}},
+        on_outcome=on_outcome,
+    )
+    assert handed == [{"fedavg"}]
+    assert not (tmp_path / "b" / "digits" / "first" / "fedprox").exists()
+    again = rest.seed_summaries["fedavg"][0]["final_mean_acc"]
+    assert again == ran.seed_summaries["fedavg"][0]["final_mean_acc"]

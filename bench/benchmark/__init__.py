@@ -1,7 +1,7 @@
 """The clustered-FL benchmark behind bench/benchmark.py and docs/BENCHMARK.md.
 
 Every clustered algorithm, FedAvg and FedProx on the four settings of
-`clusterfed.scenarios.benchmark` (Fashion-MNIST), seed by seed into records
+`clusterfed.scenarios.benchmark` (Fashion-MNIST), run by run into records
 (the paper-scale page's machinery: bench/reproduce/records.py), and the page
 and figures written from them: `page` and `figures`; `cli` puts them
 together.

@@ -3,7 +3,7 @@
 Each cell of the table (an attack against a defence) is one `Experiment` of
 the reproduce machinery (bench/reproduce/runner.py: a `clusterfed compare`
 of FedAvg on the `byzantine-fmnist` scenario with `--set faulty=...` and
-`--set aggregator=...`), recorded seed by seed (bench/reproduce/records.py).
+`--set aggregator=...`), recorded run by run (bench/reproduce/records.py).
 The clustered section's experiments run cfl, ifca, dcfl and flhc under an
 attack, and without one (its clean row); its FedAvg row is the table's cell
 of that attack against `BEST_DEFENCE`, not a run of its own.

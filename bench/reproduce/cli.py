@@ -98,7 +98,7 @@ def main() -> None:
         help="folder of kept outcomes (see records.py): every experiment run"
         " now is written there, beside the seeds recorded earlier, and those"
         " kept there from other sittings or machines join the page; with"
-        " --resume, seeds recorded there are not run again",
+        " --resume, runs recorded there are not run again",
     )
     parser.add_argument(
         "--no-run",

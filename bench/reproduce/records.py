@@ -7,11 +7,13 @@ takes hours of runs: more than one sitting, and often more than one machine.
 every seed's summary, every seed's rows cut down to the fields the sections
 read (and the row's mean client accuracy), each client's accuracy in the
 first seed's rows (the figures') and each client's accuracy and cluster in
-every seed's final row. A record grows seed by seed: the seeds of
-a later sitting join those already there. `load` gives it back as an
-`Outcome`, so a page can be written from experiments run on other days, and
-it is the page the runs themselves give. Gzip: the per-client accuracies of
-a paper-scale page are megabytes of JSON.
+every seed's final row. A record grows run by run: the runs of a later
+sitting join those already there, and a seed is shown once every algorithm
+has its run (a run of hours is kept when it ends, not when its seed's
+last run does: a working session, and the machine, may end first). `load`
+gives it back as an `Outcome`, so a page can be written from experiments run
+on other days, and it is the page the runs themselves give. Gzip: the
+per-client accuracies of a paper-scale page are megabytes of JSON.
 
 A record's command names its scenario, not what the scenario holds, so a
 record also keeps the scenario its runs were made of (after the
@@ -36,12 +38,13 @@ import gzip
 import json
 import shlex
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from clusterfed.folders import safe_name
 from clusterfed.scenarios import Scenario
 
 from .runner import (
@@ -63,9 +66,9 @@ SUFFIX = ".json.gz"
 
 
 def save(outcome: Outcome, records: Path) -> Path:
-    """Write `outcome` to its record. The seeds a record of the same
-    experiment and settings already holds, and `outcome` did not run, stay:
-    a long experiment can be run a few seeds a sitting, on any machine."""
+    """Write `outcome` to its record. The runs a record of the same
+    experiment and settings already holds, and `outcome` did not make, stay:
+    a long experiment can be run a few runs a sitting, on any machine."""
     path = _path(records, outcome.dataset, outcome.experiment.key, outcome.quick)
     path.parent.mkdir(parents=True, exist_ok=True)
     out = outcome.out
@@ -84,33 +87,40 @@ def save(outcome: Outcome, records: Path) -> Path:
     ):
         print(f"{path}: other settings than this run's; replaced", file=sys.stderr)
     elif earlier is not None:
-        kept = set(_seeds(earlier)) - set(outcome.seeds)
+        new = outcome.seed_summaries
         for name, by_seed in _by_seed(earlier["summaries"]).items():
-            summaries[name] = {s: v for s, v in by_seed.items() if s in kept}
+            ran = new.get(name, {})
+            summaries[name] = {s: v for s, v in by_seed.items() if s not in ran}
         for name, by_seed in _by_seed(earlier["rows"]).items():
-            rows[name] = {s: v for s, v in by_seed.items() if s in kept}
+            ran = new.get(name, {})
+            rows[name] = {s: v for s, v in by_seed.items() if s not in ran}
+    several_sittings = any(summaries.values())
     for name, by_seed in outcome.seed_summaries.items():
         summaries.setdefault(name, {}).update(by_seed)
-    if set(_seeds_of(summaries)) != set(outcome.seeds):
-        # Seeds of several sittings: their runs' own wall time, summed
-        # exactly, so that the order the seeds came in leaves no trace.
+    if several_sittings:
+        # Their runs' own wall time, summed exactly, so that the order the
+        # runs came in leaves no trace.
         seconds = wall_seconds(summaries)
     for name, by_seed in outcome.seed_rows.items():
         rows.setdefault(name, {}).update(
             {seed: compact_rows(runs) for seed, runs in by_seed.items()}
         )
-    seeds = _seeds_of(summaries)
+    seeds = sorted({s for by_seed in summaries.values() for s in by_seed})
     # Each client's accuracy in every round of the first seed (the figures'),
     # in the final round of every seed (claims about groups of clients).
     for by_seed in rows.values():
         for seed, runs in by_seed.items():
-            if seed != min(seeds):
+            if seed != seeds[0]:
                 for r in runs[:-1]:
                     r.pop("clients", None)
     record = {
         "key": outcome.experiment.key,
         "dataset": outcome.dataset,
-        "command": outcome.experiment.command(outcome.quick, outcome.dataset, seeds),
+        "command": outcome.experiment.command(
+            outcome.quick,
+            outcome.dataset,
+            _whole_seeds(summaries, outcome.experiment, outcome.quick) or seeds,
+        ),
         "quick": outcome.quick,
         "accuracy": outcome.accuracy,
         "scenario": made_of,
@@ -168,13 +178,28 @@ def load(
                     file=sys.stderr,
                 )
                 continue
+            summaries, rows = _by_seed(record["summaries"]), _by_seed(record["rows"])
+            whole = _whole_seeds(summaries, experiment, quick)
+            if not whole:
+                print(
+                    f"{path}: no seed has a run of every algorithm yet;"
+                    " left out until one has",
+                    file=sys.stderr,
+                )
+                continue
+            seconds = record["seconds"]
+            if any(set(by_seed) != set(whole) for by_seed in summaries.values()):
+                # A seed some of whose runs are still to come waits for them.
+                summaries = _only(summaries, whole)
+                rows = _only(rows, whole)
+                seconds = wall_seconds(summaries)
             outcomes.append(
                 make_outcome(
                     experiment,
                     dataset,
-                    record["seconds"],
-                    _by_seed(record["summaries"]),
-                    _by_seed(record["rows"]),
+                    seconds,
+                    summaries,
+                    rows,
                     ROOT / record["out"],
                     quick,
                     _accuracy(record),
@@ -186,15 +211,18 @@ def load(
     )
 
 
-def recorded(records: Path, quick: bool) -> Callable[[str, Experiment], set[int]]:
-    """`(dataset, experiment)` → the seeds its record in `records` holds,
-    made in the same mode (--quick or not) with the same settings; none
-    for a record of other settings, which the next `save` replaces."""
+def recorded(
+    records: Path, quick: bool
+) -> Callable[[str, Experiment], dict[str, set[int]]]:
+    """`(dataset, experiment)` → algorithm → the seeds of its runs that the
+    experiment's record in `records` holds, made in the same mode (--quick
+    or not) with the same settings; none for a record of other settings,
+    which the next `save` replaces."""
 
-    def seeds(dataset: str, experiment: Experiment) -> set[int]:
+    def seeds(dataset: str, experiment: Experiment) -> dict[str, set[int]]:
         path = _path(records, dataset, experiment.key, quick)
         if not path.exists():
-            return set()
+            return {}
         record = _read(path)
         same = _agrees(
             record,
@@ -204,7 +232,9 @@ def recorded(records: Path, quick: bool) -> Callable[[str, Experiment], set[int]
             accuracy_of(dataset),
             scenario_of(experiment, dataset),
         )
-        return set(_seeds(record)) if same else set()
+        if not same:
+            return {}
+        return {name: set(by) for name, by in _by_seed(record["summaries"]).items()}
 
     return seeds
 
@@ -247,12 +277,22 @@ def _read(path: Path) -> dict[str, Any]:
     return json.loads(gzip.decompress(path.read_bytes()))  # type: ignore[no-any-return]
 
 
-def _seeds(record: dict[str, Any]) -> list[int]:
-    return _seeds_of(_by_seed(record["summaries"]))
+def _whole_seeds(
+    by_name: Mapping[str, Iterable[int]], experiment: Experiment, quick: bool
+) -> list[int]:
+    """The seeds of which `by_name` (algorithm → seeds, or → seed → value)
+    has every algorithm of `experiment`."""
+    names = [safe_name(a) for a in experiment.algorithms_for(quick)]
+    return sorted(set.intersection(*(set(by_name.get(n, ())) for n in names)))
 
 
-def _seeds_of(summaries: dict[str, dict[int, Any]]) -> list[int]:
-    return sorted(next(iter(summaries.values())))
+def _only(
+    by_name: dict[str, dict[int, Any]], seeds: list[int]
+) -> dict[str, dict[int, Any]]:
+    return {
+        name: {s: v for s, v in by_seed.items() if s in seeds}
+        for name, by_seed in by_name.items()
+    }
 
 
 def _agrees(

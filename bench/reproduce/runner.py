@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clusterfed.api import RunResult
 from clusterfed.comparison import CompareResult, compare
 from clusterfed.data.datasets import WITH_TEST_SPLIT
 from clusterfed.errors import ScenarioError
+from clusterfed.folders import safe_name
 from clusterfed.scenarios import Scenario, load_scenario, with_overrides
 from clusterfed.seeds import (
     Interval,
@@ -249,7 +251,7 @@ def run_all(
     datasets: Sequence[str],
     seeds: Sequence[int] = (0,),
     resume: bool = False,
-    recorded: Callable[[str, Experiment], set[int]] | None = None,
+    recorded: Callable[[str, Experiment], Mapping[str, set[int]]] | None = None,
     on_outcome: Callable[[Outcome], object] | None = None,
     claim: Claim | None = None,
 ) -> list[Outcome]:
@@ -257,14 +259,15 @@ def run_all(
     `resume`, runs that finished there with the same settings are kept, runs
     stopped after a checkpoint go on from it (see `compare`), and an
     experiment's seconds are its runs' own wall time.
-    `recorded(dataset, experiment)`: the seeds of an experiment kept elsewhere (see
-    records.py), not run again; an experiment with all of them is skipped.
-    `on_outcome` gets each experiment's outcome as soon as it has run (a
-    sitting records it then, not after every experiment: a sitting of many
-    experiments may end first). `claim(dataset, experiment)`: held while the
-    experiment runs, False when another sitting holds it (then it is
-    skipped); its recorded seeds are read once the claim is held, so a
-    sitting that waited sees what the other one saved."""
+    `recorded(dataset, experiment)`: algorithm → the seeds of its runs kept
+    elsewhere (see records.py), not run again; an experiment with all of
+    them is skipped. `on_outcome` gets each experiment's outcome so far as
+    soon as each of its runs has ended (a sitting records it then, not after
+    every experiment or seed: a sitting may end first).
+    `claim(dataset, experiment)`: held while the experiment runs, False when
+    another sitting holds it (then it is skipped); its recorded runs are
+    read once the claim is held, so a sitting that waited sees what the
+    other one saved."""
     outcomes = []
     keys = {exp.key for exp in experiments}
     for dataset in datasets:
@@ -282,32 +285,75 @@ def run_all(
                         flush=True,
                     )
                     continue
-                kept = recorded(dataset, exp) if recorded else set()
-                todo = [s for s in seeds if s not in kept]
+                kept = recorded(dataset, exp) if recorded else {}
+                todo = [
+                    (seed, name)
+                    for seed in seeds
+                    for name in exp.algorithms_for(quick)
+                    if seed not in kept.get(safe_name(name), set())
+                ]
                 if not todo:
                     continue
-                folder = out / dataset / exp.key
-                start = time.perf_counter()
-                result = compare(
-                    exp.scenario_for(dataset),
-                    list(exp.algorithms_for(quick)),
-                    out=folder,
-                    overwrite=not resume,  # a rerun replaces its own results
-                    resume=resume,
-                    rounds=exp.quick_rounds_for(dataset) if quick else None,
-                    overrides=exp.overrides(dataset),
-                    # Seed 0 alone is a one-seed comparison (no --seeds in its command).
-                    seeds=None if list(seeds) == [0] else todo,
-                    checkpoint_every=_checkpoint_every(exp, dataset),
+                seconds, outcome = _run_each(
+                    exp, dataset, quick, out, seeds, todo, resume, on_outcome
                 )
-                seconds = time.perf_counter() - start
-                if resume:  # the runs kept took their time in an earlier sitting
-                    seconds = wall_seconds(result.seed_summaries)
-                outcomes.append(_outcome(exp, dataset, seconds, result, folder, quick))
-                if on_outcome is not None:  # recorded before the claim is let go
-                    on_outcome(outcomes[-1])
+                outcomes.append(outcome)
             print(f"{dataset:<14} {exp.key:<22} {seconds:7.1f} s", flush=True)
     return outcomes
+
+
+def _run_each(
+    exp: Experiment,
+    dataset: str,
+    quick: bool,
+    out: Path,
+    seeds: Sequence[int],
+    todo: Sequence[tuple[int, str]],
+    resume: bool,
+    on_outcome: Callable[[Outcome], object] | None,
+) -> tuple[float, Outcome]:
+    """Each (seed, algorithm) of `todo` as a comparison of its own into
+    `out/<dataset>/<key>/`, seed by seed; `on_outcome` gets the outcome so
+    far after every run: a run of hours is recorded when it ends, not when
+    its seed's last algorithm does (a working session may end first, and
+    the machine with it). The runs are those one comparison of every
+    algorithm would make: its `--set`s are resolved against all of them."""
+    algorithms = list(exp.algorithms_for(quick))
+    base = with_overrides(
+        load_scenario(exp.scenario_for(dataset)),
+        exp.overrides(dataset),
+        algorithms=algorithms,
+        rounds=exp.quick_rounds_for(dataset) if quick else None,
+        algorithm=algorithms[0],
+    )
+    folder = out / dataset / exp.key
+    runs: dict[str, dict[int, RunResult]] = {}
+    start = time.perf_counter()
+    for n, (seed, name) in enumerate(todo):
+        result = compare(
+            base,
+            [name],
+            out=folder,
+            # A rerun replaces its own results: the first run empties the folder.
+            overwrite=not resume and n == 0,
+            resume=resume or n > 0,
+            # Seed 0 alone is a one-seed comparison (no --seeds in its command).
+            seeds=None if list(seeds) == [0] else [seed],
+            checkpoint_every=_checkpoint_every(exp, dataset),
+        )
+        for algorithm, by_seed in result.by_seed.items():
+            runs.setdefault(algorithm, {}).update(by_seed)
+        seconds = time.perf_counter() - start
+        if resume:  # the runs kept took their time in an earlier sitting
+            seconds = wall_seconds(
+                {a: {s: r.summary for s, r in by.items()} for a, by in runs.items()}
+            )
+        outcome = _outcome(
+            exp, dataset, seconds, CompareResult(folder, runs), folder, quick
+        )
+        if on_outcome is not None:  # recorded before the claim is let go
+            on_outcome(outcome)
+    return seconds, outcome
 
 
 def wall_seconds(seed_summaries: Mapping[str, Mapping[int, Any]]) -> float:

@@ -40,7 +40,7 @@ def sitting_parser(
     parser.add_argument(
         "--resume",
         action="store_true",
-        help="keep finished runs in --out and seeds already in --records",
+        help="keep finished runs in --out and runs already in --records",
     )
     parser.add_argument(
         "--no-run", action="store_true", help="write the page from --records alone"
