@@ -18,7 +18,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 from reproduce import ocfl  # noqa: E402
 from reproduce.page import accuracy_words  # noqa: E402
-from reproduce.records import load, planned_rounds, recorded, save  # noqa: E402
+from reproduce.records import (  # noqa: E402
+    load,
+    pending,
+    planned_rounds,
+    recorded,
+    save,
+)
 from reproduce.runner import (  # noqa: E402
     HOLD_OUT,
     TEST_SETS,
@@ -506,3 +512,25 @@ def test_run_all_runs_only_the_runs_not_recorded_and_hands_over_each(
     assert not (tmp_path / "b" / "digits" / "first" / "fedprox").exists()
     again = rest.seed_summaries["fedavg"][0]["final_mean_acc"]
     assert again == ran.seed_summaries["fedavg"][0]["final_mean_acc"]
+
+
+def test_the_page_names_what_its_records_still_lack(tmp_path: Path) -> None:
+    first, second = EXPERIMENT.algorithms
+    other, never, merge = ocfl.EXPERIMENTS[1], ocfl.EXPERIMENTS[2], ocfl.MERGE
+    save(outcome("digits", [0], False, experiment=other), tmp_path)
+    save(outcome("digits", [0, 1], False, algorithms=(first,)), tmp_path)
+    save(outcome("digits", [0], False, algorithms=(second,)), tmp_path)
+    listed = [EXPERIMENT, other, never, merge]
+    # The merge experiment is Fashion-MNIST's alone: none of it is missing.
+    assert pending(tmp_path, listed, "digits", False, seeds=2) == [
+        f"Not recorded yet on digits: `{never.key}`.",
+        "Recorded in part on digits (a seed is shown once every algorithm has"
+        f" its run): `{EXPERIMENT.key}` (3 of 4 runs), `{other.key}` (2 of 4 runs).",
+    ]
+    save(outcome("digits", [1], False, algorithms=(second,)), tmp_path)
+    save(outcome("digits", [1], False, experiment=other), tmp_path)
+    assert pending(tmp_path, listed[:2], "digits", False, seeds=2) == []
+    assert pending(tmp_path, listed[:2], "digits", False, seeds=3) == [
+        "Recorded in part on digits (a seed is shown once every algorithm has"
+        f" its run): `{EXPERIMENT.key}` (4 of 6 runs), `{other.key}` (4 of 6 runs)."
+    ]

@@ -162,6 +162,15 @@ def main() -> None:
         sum(o.seconds for o in outcomes) if several_sittings else elapsed,
         sections,
         resumed=several_sittings,
+        pending=[]
+        if folder is None
+        else [
+            line
+            for dataset in datasets
+            for line in records.pending(
+                folder, EXPERIMENTS, dataset, args.quick, len(seeds)
+            )
+        ],
     )
     if not args.no_run:  # reproduce.json goes beside the runs
         # (a sitting whose records held every seed ran nothing: no folder yet)

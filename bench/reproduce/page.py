@@ -205,7 +205,10 @@ def write_page(
     sections: Sequence[Section],
     *,
     resumed: bool = False,
+    pending: Sequence[str] = (),
 ) -> None:
+    """The page of `outcomes`; `pending`: lines on what its records still
+    lack (records.pending), after what the runs took."""
     by_key = {(o.dataset, o.experiment.key): o for o in outcomes}
     datasets = tuple(sorted({o.dataset for o in outcomes}))
     counts = sorted({len(o.seeds) for o in outcomes}) or [1]
@@ -247,6 +250,8 @@ def write_page(
         " that wrote this page."
     )
     lines += [took, ""]
+    for line in pending:
+        lines += [line, ""]
     for dataset in datasets:
         claims = Claims()
         body = [

@@ -56,6 +56,7 @@ from .runner import (
     accuracy_of,
     make_outcome,
     mean_acc,
+    runs_on,
     wall_seconds,
 )
 
@@ -237,6 +238,43 @@ def recorded(
         return {name: set(by) for name, by in _by_seed(record["summaries"]).items()}
 
     return seeds
+
+
+def pending(
+    records: Path,
+    experiments: Iterable[Experiment],
+    dataset: str,
+    quick: bool,
+    seeds: int,
+) -> list[str]:
+    """What a page of `seeds` seeds still lacks on `dataset`, for its
+    reader: the experiments with no run recorded, and those with fewer than
+    `seeds` seeds of every algorithm (with how many of their runs are in)."""
+    found = recorded(records, quick)
+    missing, partly = [], []
+    for experiment in experiments:
+        if not runs_on(experiment, dataset, quick):
+            continue
+        by_name = found(dataset, experiment)
+        if len(_whole_seeds(by_name, experiment, quick)) >= seeds:
+            continue
+        names = experiment.algorithms_for(quick)
+        runs = sum(
+            len(by_name.get(safe_name(a), set()) & set(range(seeds))) for a in names
+        )
+        if runs == 0:
+            missing.append(f"`{experiment.key}`")
+        else:
+            partly.append(f"`{experiment.key}` ({runs} of {seeds * len(names)} runs)")
+    lines = []
+    if missing:
+        lines.append(f"Not recorded yet on {dataset}: {', '.join(missing)}.")
+    if partly:
+        lines.append(
+            f"Recorded in part on {dataset} (a seed is shown once every algorithm"
+            f" has its run): {', '.join(partly)}."
+        )
+    return lines
 
 
 def claims(records: Path, quick: bool) -> Claim:

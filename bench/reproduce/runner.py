@@ -243,6 +243,15 @@ def _checkpoint_every(exp: Experiment, dataset: str) -> int | None:
     return CHECKPOINT_EVERY if exp.resolved(dataset).rows == "full" else None
 
 
+def runs_on(exp: Experiment, dataset: str, quick: bool) -> bool:
+    """Whether `exp` has runs on `dataset` in this mode: --quick skips what
+    has no quick rounds there, and a paper-scale-only experiment has none
+    on the digits."""
+    if quick and exp.quick_rounds_for(dataset) is None:
+        return False
+    return not (exp.paper_scale_only and exp.scenario_for(dataset) == exp.scenario)
+
+
 def run_all(
     experiments: Sequence[Experiment],
     quick: bool,
@@ -274,9 +283,7 @@ def run_all(
         for exp in experiments:
             if only and not selected(exp.key, only, keys):
                 continue
-            if quick and exp.quick_rounds_for(dataset) is None:
-                continue
-            if exp.paper_scale_only and exp.scenario_for(dataset) == exp.scenario:
+            if not runs_on(exp, dataset, quick):
                 continue
             with claim(dataset, exp) if claim else contextlib.nullcontext(True) as mine:
                 if not mine:
