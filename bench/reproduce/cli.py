@@ -96,7 +96,7 @@ def main() -> None:
         "--records",
         default=None,
         help="folder of kept outcomes (see records.py): every experiment run"
-        " now is written there, beside the seeds recorded earlier, and those"
+        " now is written there, beside the runs recorded earlier, and those"
         " kept there from other sittings or machines join the page; with"
         " --resume, runs recorded there are not run again",
     )
