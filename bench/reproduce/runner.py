@@ -350,14 +350,11 @@ def _run_each(
         )
         for algorithm, by_seed in result.by_seed.items():
             runs.setdefault(algorithm, {}).update(by_seed)
+        so_far = CompareResult(folder, runs)
         seconds = time.perf_counter() - start
         if resume:  # the runs kept took their time in an earlier sitting
-            seconds = wall_seconds(
-                {a: {s: r.summary for s, r in by.items()} for a, by in runs.items()}
-            )
-        outcome = _outcome(
-            exp, dataset, seconds, CompareResult(folder, runs), folder, quick
-        )
+            seconds = wall_seconds(so_far.seed_summaries)
+        outcome = _outcome(exp, dataset, seconds, so_far, folder, quick)
         if on_outcome is not None:  # recorded before the claim is let go
             on_outcome(outcome)
     return seconds, outcome
