@@ -303,14 +303,15 @@ def fedem_dirichlet_fmnist() -> Scenario:
             " installable here). Departures: Dirichlet(0.4) over the 10 classes"
             " where the paper's script groups the classes into 3 random groups"
             " and deals each group by Dirichlet(0.4); the MLP 512-128 for the"
-            " paper's MobileNet; 50 rounds for its 200 (the paper-scale budget)."
+            " paper's MobileNet. 200 rounds, the paper's: at 50, FedEM was still"
+            " climbing (0.641 ± 0.097 against FedAvg's 0.698 ± 0.007, 3 seeds)."
         ),
         dataset=FASHION,
         train=TrainConfig(
             lr=0.03, momentum=0.0, weight_decay=5e-4, batch_size=128, epochs=1
         ),
         clients=80,
-        rounds=50,
+        rounds=200,
     )
     return Scenario.model_validate(data)
 

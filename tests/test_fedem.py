@@ -459,7 +459,7 @@ def test_the_scenarios_hold_what_their_descriptions_say() -> None:
     assert digits.train.weight_decay == 5e-4 and digits.rounds == 200
     fmnist = BUILTIN["fedem-dirichlet-fmnist"]()
     assert fmnist.dataset.name == "fashion_mnist"
-    assert (fmnist.clients, fmnist.rounds, fmnist.train.batch_size) == (80, 50, 128)
+    assert (fmnist.clients, fmnist.rounds, fmnist.train.batch_size) == (80, 200, 128)
 
 
 def test_one_component_is_fedavg(tmp_path: Path) -> None:
