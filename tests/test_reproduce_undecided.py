@@ -77,7 +77,7 @@ def test_one_seed_is_too_few_to_project_from() -> None:
     claims.add(Claim("one", "P", "T", "x", (0.02,), seed_costs=(("exp a", 60.0),)))
     text = "\n".join(undecided_lines(claims))
     assert "| P, T: x | 1 | — (one seed) | — |" in text
-    assert "0 would stay undecided" in text and "1 have one seed" in text
+    assert "0 would stay undecided" in text and "1 has one seed" in text
 
 
 def test_nothing_undecided_says_nothing() -> None:

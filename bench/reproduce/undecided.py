@@ -74,6 +74,7 @@ def undecided_lines(claims: Claims) -> list[str]:
         rows.append([_label(c), c.n, needed, _hours(more * cost, c.seed_costs)])
     total = math.fsum(more * seconds for more, seconds in extra_by_run.values())
     decidable = len(open_claims) - never - unknown
+    verb = "has" if unknown == 1 else "have"
     return [
         f"**Undecided.** {len(open_claims)} of the papers' claims cannot be told"
         " at the seeds they have. The table projects, for each, the seeds at"
@@ -85,7 +86,9 @@ def undecided_lines(claims: Claims) -> list[str]:
         f" {MOST_SEEDS:,} would decide takes about {total / 3600:.1f} hours of"
         " runs, counting once the runs that several claims share;"
         f" {never} would stay undecided at any count up to {MOST_SEEDS:,}"
-        + (f"; {unknown} have one seed, too few to project from." if unknown else "."),
+        + (
+            f"; {unknown} {verb} one seed, too few to project from." if unknown else "."
+        ),
         "",
         *table(["claim", "seeds", "seeds to decide", "more runs"], rows),
         "",
