@@ -70,9 +70,11 @@ def backdoor_test(
     scenario: Scenario, data: Dataset, specs: Sequence[ClientSpec]
 ) -> BackdoorTest | None:
     """The run's backdoor measure (`actors/backdoor.py`), where a `faulty`
-    entry is a backdoor: on the dataset's test split, or where it has none
-    on the held-out samples of the clients that are not faulty."""
-    plan = next((f for f in scenario.faulty if f.behaviour == "backdoor"), None)
+    entry is a backdoor or the scenario has a `backdoor_probe`: on the
+    dataset's test split, or where it has none on the held-out samples of
+    the clients that are not faulty."""
+    backdoors = (f for f in scenario.faulty if f.behaviour == "backdoor")
+    plan = next(backdoors, scenario.backdoor_probe)
     if plan is None:
         return None
     test = load_test_split(scenario.dataset.name, scenario.dataset.root)

@@ -6,6 +6,8 @@ from pydantic import Field, field_validator
 
 from clusterfed.actors.faults import FaultPlan
 
+from ._base import _Spec
+
 
 class Faulty(FaultPlan):
     """Clients that misbehave on purpose, for tests and fault studies.
@@ -56,3 +58,16 @@ class Faulty(FaultPlan):
         if self.under_norm is None:
             fields["under_norm"] = under_norm
         return FaultPlan(**fields)
+
+
+class BackdoorProbe(_Spec):
+    """A backdoor's trigger, measured on a run that has no backdoor client.
+
+    The run reports `backdoor_success` for it as a backdoor's run does: the
+    share of triggered test images of other labels that its one model calls
+    `target`. On a clean run that is the rate the trigger gets without any
+    poisoning, the baseline a backdoor's success rate is read against.
+    """
+
+    target: int = Field(0, ge=0, description="the label the trigger would mean")
+    trigger: int = Field(3, ge=1, description="the side in pixels of its square")

@@ -38,7 +38,7 @@ from .bounds import (
 )
 from .capabilities import check_algorithm, check_capabilities
 from .events import Event, Join, Target
-from .faults import Faulty
+from .faults import BackdoorProbe, Faulty
 from .partitions import (
     ClassTablePartition,
     DirichletPartition,
@@ -158,6 +158,12 @@ class Scenario(_Spec):
     faulty: list[Faulty] = Field(
         default_factory=list, description="clients that misbehave on purpose"
     )
+    backdoor_probe: BackdoorProbe | None = Field(
+        None,
+        description="a backdoor's trigger measured on a run with no backdoor"
+        " client: each row reports backdoor_success for it, the rate a clean"
+        " model gives (a backdoor's baseline); None: off",
+    )
     aggregator: Aggregator = Field(
         default_factory=Mean,
         description="how each cluster folds its members' updates: mean (the"
@@ -232,6 +238,16 @@ class Scenario(_Spec):
             return None
         if value is True:
             raise ValueError("give the budget, e.g. dp.epsilon = 10 (or dp = off)")
+        return value
+
+    @field_validator("backdoor_probe", mode="before")
+    @classmethod
+    def _probe_off(cls, value: Any) -> Any:
+        # `--set backdoor_probe=off` (or none) removes it; `=on` its defaults.
+        if value is False or (isinstance(value, str) and value.lower() in DP_OFF):
+            return None
+        if value is True or (isinstance(value, str) and value.lower() == "on"):
+            return {}
         return value
 
     @field_validator("task_timeout_s", mode="before")
@@ -351,6 +367,14 @@ class Scenario(_Spec):
                     f" automatic {default_task_timeout(self):g} s would hold"
                     " each of its rounds that long)"
                 )
+        if self.backdoor_probe is not None and any(
+            f.behaviour == "backdoor" for f in self.faulty
+        ):
+            raise ValueError(
+                "backdoor_probe measures a trigger on a run with no backdoor"
+                " client; this one has a backdoor faulty entry, whose own"
+                " trigger the run measures: drop one of them"
+            )
         check_attacks(self)  # robustness.py
         return self
 

@@ -26,7 +26,7 @@ from clusterfed.protocol import Envelope, UpdateReply
 from clusterfed.scenarios import load_scenario
 from clusterfed.scenarios.loader import with_overrides
 from clusterfed.types import ClientId
-from helpers import small_scenario
+from helpers import small_scenario, without_wall_time
 
 HONEST = np.random.default_rng(3).normal(size=(6, 9))
 
@@ -456,3 +456,30 @@ def test_a_backdoor_run_reports_its_success_rate_beside_clean_accuracy(
     )
     assert "backdoor_success" not in clean.rows[0]
     assert "backdoor_success_final" not in clean.summary
+
+
+def test_a_backdoor_probe_measures_the_trigger_on_a_clean_run_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """The probe is the backdoor's baseline: the same measure on a run whose
+    clients all train honestly, and only a measure."""
+    clean = ["faulty=[]", "rounds=2"]
+    plain = clusterfed.run(
+        with_overrides(load_scenario("byzantine"), clean), out=tmp_path, workers=1
+    )
+    probed = clusterfed.run(
+        with_overrides(load_scenario("byzantine"), [*clean, "backdoor_probe=on"]),
+        out=tmp_path / "probed",
+        workers=1,
+    )
+    rates = [row.pop("backdoor_success") for row in probed.rows]
+    assert all(0.0 <= r <= 1.0 for r in rates)
+    assert probed.summary["backdoor_success_final"] == rates[-1]
+    assert without_wall_time(probed.rows) == without_wall_time(plain.rows)
+
+
+def test_a_backdoor_probe_beside_a_backdoor_client_is_refused() -> None:
+    with pytest.raises(ScenarioError, match="backdoor_probe measures a trigger"):
+        with_overrides(
+            load_scenario("byzantine"), ["faulty=backdoor", "backdoor_probe=on"]
+        )

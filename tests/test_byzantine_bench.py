@@ -25,7 +25,8 @@ def test_every_cell_is_a_valid_scenario(quick: bool) -> None:
     found = byzantine.experiments(quick)
     cells = len(byzantine.ATTACKS) * len(byzantine.DEFENCES)
     # The clustered section's FedAvg row is the table's cell, not a run.
-    assert len(found) == cells + len(byzantine.CLUSTERED_ATTACKS)
+    # The backdoor's baseline is a run of its own.
+    assert len(found) == cells + 1 + len(byzantine.CLUSTERED_ATTACKS)
     for experiment in found:
         if quick and experiment.quick_rounds is None:
             continue
@@ -110,8 +111,10 @@ def test_the_page_names_what_is_not_recorded(tmp_path: Path) -> None:
     assert f"from the records in `{tmp_path / 'kept'}`" in text
     # FLANDERS' FedAvg under ALIE beside ours in its own measure.
     assert "| `alie` | `mean` | 0.17 | — | — | — |" in text
-    # 132 cells and 16 clustered rows (FedAvg's rows are cells of the table).
-    assert "Not recorded yet (148)" in text
+    # 132 cells, the backdoor's baseline and 16 clustered rows (FedAvg's rows
+    # are cells of the table).
+    assert "Not recorded yet (149)" in text
+    assert "calls (not recorded yet) of the triggered test images 0" in text
 
 
 def test_the_page_says_flanders_lie_is_another_shift(tmp_path: Path) -> None:
@@ -236,3 +239,32 @@ def test_a_seed_without_accuracy_is_shown_not_averaged_away(tmp_path: Path) -> N
     assert flip.split(" | ")[1] == "none in 1 of 3 seeds"
     assert "0.840" not in flip  # not the mean of the two seeds that have one
     assert rows["| `ipm`"].split(" | ")[1] == "0.820 ± 0.254 (2 seeds)"
+
+
+def test_the_backdoor_baseline_probes_the_backdoors_own_trigger_on_a_clean_run(
+    tmp_path: Path,
+) -> None:
+    (baseline,) = [
+        e for e in byzantine.experiments() if e.key == byzantine.TRIGGER_BASELINE
+    ]
+    (backdoor,) = [e for e in byzantine.experiments() if e.key == "backdoor__mean"]
+    clean = baseline.resolved("fashion_mnist")
+    attack = backdoor.resolved("fashion_mnist").faulty[0]
+    assert not clean.faulty and clean.aggregator.is_mean
+    assert clean.backdoor_probe is not None
+    assert (clean.backdoor_probe.target, clean.backdoor_probe.trigger) == (
+        attack.target,
+        attack.trigger,
+    )
+    outcomes = [
+        _recorded(
+            byzantine.TRIGGER_BASELINE,
+            {"fedavg": [{"backdoor_success_final": s} for s in (0.02, 0.04, 0.03)]},
+        )
+    ]
+    page = tmp_path / "BYZANTINE.md"
+    write_page(outcomes, "cmd", page, False, tmp_path)
+    text = page.read_text()
+    # mean 0.03, s = 0.01, t(2) = 4.303: half-width 0.01 · 4.303 / √3 = 0.025
+    assert "the plain mean's final model calls 0.030 ± 0.025 of the" in text
+    assert "none__mean__trigger" not in text.split("Not recorded yet")[1]

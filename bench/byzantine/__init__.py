@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from reproduce.runner import Experiment
 
+from clusterfed.actors.faults import FaultPlan
+
 SCENARIO = "byzantine-fmnist"
 DATASET = "fashion_mnist"
 # Attacks, in the table's order ("none": the faulty clients behave).
@@ -73,6 +75,10 @@ CLUSTERED_SETS = (
 # FedAvg's partner in the clustered section: fixed (4cbcec9) before any cell
 # of the table had run, so not picked from the results it is compared with.
 BEST_DEFENCE = "median"
+# The backdoor row's baseline: the backdoor's own trigger and target measured
+# (`backdoor_probe`) on a clean run of the plain mean, the rate the trigger
+# gets with no poisoning. Not a cell of the table; not in --quick.
+TRIGGER_BASELINE = "none__mean__trigger"
 # The full layout and --quick's smaller copy: clients, attackers, rounds.
 FULL = (100, list(range(4, 100, 5)))
 QUICK = (20, [4, 9, 14, 19])
@@ -122,7 +128,8 @@ def _defence(defence: str, quick: bool) -> list[str]:
 
 
 def experiments(quick: bool = False) -> list[Experiment]:
-    """Every cell of the table, then the clustered section's experiments."""
+    """Every cell of the table, the backdoor's baseline, then the
+    clustered section's experiments."""
     rounds = QUICK_ROUNDS
     found = []
     for attack in ATTACKS:
@@ -138,6 +145,20 @@ def experiments(quick: bool = False) -> list[Experiment]:
                     quick_rounds=rounds if cell else None,
                 )
             )
+    backdoor = FaultPlan(behaviour="backdoor")
+    found.append(
+        Experiment(
+            key=TRIGGER_BASELINE,
+            scenario=SCENARIO,
+            algorithms=("fedavg",),
+            sets=(
+                *_attackers("none", quick),
+                *_defence("mean", quick),
+                f"backdoor_probe.target={backdoor.target}",
+                f"backdoor_probe.trigger={backdoor.trigger}",
+            ),
+        )
+    )
     for attack in CLUSTERED_ATTACKS:
         cell = attack in QUICK_CLUSTERED
         base = _attackers(attack, quick)

@@ -27,6 +27,7 @@ from . import (
     DEFENCES,
     FLANDERS,
     FULL,
+    TRIGGER_BASELINE,
     experiments,
     key,
 )
@@ -91,6 +92,24 @@ def _parameters() -> str:
         f" {backdoor.trigger}-pixel square on {backdoor.poison_share * 100:g} %"
         f" of an attacker's images, labelled {backdoor.target}; trimmed mean"
         f" cuts β = {getattr(rule, 'beta', '?')} of the rows at each end."
+    )
+
+
+def _trigger_baseline(outcome: Outcome | None) -> str:
+    """The backdoor success row's baseline: its trigger on a clean model."""
+    (experiment,) = [e for e in experiments() if e.key == TRIGGER_BASELINE]
+    probe = experiment.resolved(DATASET).backdoor_probe
+    assert probe is not None
+    rate = (
+        "(not recorded yet)"
+        if outcome is None
+        else _cell(outcome, "fedavg", "backdoor_success_final")
+    )
+    return (
+        "The backdoor success row's baseline: with no attacker, the plain"
+        f" mean's final model calls {rate} of the triggered test images"
+        f" {probe.target} (the backdoor's {probe.trigger}-pixel trigger"
+        f" measured on a clean run by `backdoor_probe`, `{TRIGGER_BASELINE}`)."
     )
 
 
@@ -170,6 +189,10 @@ def write_page(
         for d in DEFENCES
     ]
     lines.append("| *backdoor success* | " + " | ".join(backdoor) + " |")
+    baseline = by_key.get(TRIGGER_BASELINE)
+    if baseline is None:
+        missing.append(TRIGGER_BASELINE)
+    lines += ["", _trigger_baseline(baseline)]
     lines += ["", *_beside_flanders(by_key), "", *_clustered(by_key, missing)]
     seconds = sum(o.seconds for o in outcomes)
     lines += [
