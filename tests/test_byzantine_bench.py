@@ -248,9 +248,13 @@ def test_the_backdoor_baseline_probes_the_backdoors_own_trigger_on_a_clean_run(
         e for e in byzantine.experiments() if e.key == byzantine.TRIGGER_BASELINE
     ]
     (backdoor,) = [e for e in byzantine.experiments() if e.key == "backdoor__mean"]
+    (cell,) = [e for e in byzantine.experiments() if e.key == "none__mean"]
     clean = baseline.resolved("fashion_mnist")
     attack = backdoor.resolved("fashion_mnist").faulty[0]
-    assert not clean.faulty and clean.aggregator.is_mean
+    # The table's clean cell with the probe: its runs train as that cell's.
+    assert clean.model_copy(update={"backdoor_probe": None}) == cell.resolved(
+        "fashion_mnist"
+    )
     assert clean.backdoor_probe is not None
     assert (clean.backdoor_probe.target, clean.backdoor_probe.trigger) == (
         attack.target,
