@@ -94,6 +94,12 @@ class ModelSpec(BaseModel):
 DP_OFF = ("off", "none", "false", "no")
 
 
+def _means_off(value: Any) -> bool:
+    """Whether a setting's value is a word of DP_OFF, or false: TOML has no
+    null, so `--set X=off` or `X = "none"` is how a run leaves X unset."""
+    return value is False or (isinstance(value, str) and value.lower() in DP_OFF)
+
+
 class Scenario(_Spec):
     """One simulated federation: data, model, algorithm, clients, rounds, seed."""
 
@@ -234,7 +240,7 @@ class Scenario(_Spec):
     @classmethod
     def _dp_off(cls, value: Any) -> Any:
         # `--set dp=off` (or false, none) turns DP off.
-        if value is False or (isinstance(value, str) and value.lower() in DP_OFF):
+        if _means_off(value):
             return None
         if value is True:
             raise ValueError("give the budget, e.g. dp.epsilon = 10 (or dp = off)")
@@ -244,7 +250,7 @@ class Scenario(_Spec):
     @classmethod
     def _probe_off(cls, value: Any) -> Any:
         # `--set backdoor_probe=off` (or none) removes it; `=on` its defaults.
-        if value is False or (isinstance(value, str) and value.lower() in DP_OFF):
+        if _means_off(value):
             return None
         if value is True or (isinstance(value, str) and value.lower() == "on"):
             return {}
@@ -253,8 +259,8 @@ class Scenario(_Spec):
     @field_validator("task_timeout_s", mode="before")
     @classmethod
     def _timeout_words(cls, value: Any) -> Any:
-        # TOML has no null: `task_timeout_s = "none"` (or off) waits forever.
-        if value is False or (isinstance(value, str) and value.lower() in DP_OFF):
+        # `task_timeout_s = "none"` (or off) waits forever.
+        if _means_off(value):
             return None
         if isinstance(value, str) and value.lower() == "auto":
             return "auto"
@@ -268,10 +274,8 @@ class Scenario(_Spec):
     @field_validator("max_update_ratio", "max_weight_ratio", mode="before")
     @classmethod
     def _guard_off(cls, value: Any) -> Any:
-        # TOML has no null: `max_update_ratio = "none"` (or off) lifts the bound.
-        if value is False or (isinstance(value, str) and value.lower() in DP_OFF):
-            return None
-        return value
+        # `max_update_ratio = "none"` (or off) lifts the bound.
+        return None if _means_off(value) else value
 
     def task_timeout(self) -> float | None:
         """The wall-clock limit on one request the server applies: the one

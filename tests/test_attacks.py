@@ -458,12 +458,20 @@ def test_a_backdoor_run_reports_its_success_rate_beside_clean_accuracy(
     assert "backdoor_success_final" not in clean.summary
 
 
+@pytest.mark.parametrize(
+    "mode",
+    [
+        [],
+        ["algorithm=fedbuff", "mode=async", "algorithm_params.fedbuff.buffer_size=10"],
+    ],
+    ids=["sync", "async"],
+)
 def test_a_backdoor_probe_measures_the_trigger_on_a_clean_run_and_changes_nothing(
-    tmp_path: Path,
+    tmp_path: Path, mode: list[str]
 ) -> None:
     """The probe is the backdoor's baseline: the same measure on a run whose
     clients all train honestly, and only a measure."""
-    clean = ["faulty=[]", "rounds=2"]
+    clean = ["faulty=[]", "rounds=2", *mode]
     plain = clusterfed.run(
         with_overrides(load_scenario("byzantine"), clean), out=tmp_path, workers=1
     )
@@ -473,7 +481,7 @@ def test_a_backdoor_probe_measures_the_trigger_on_a_clean_run_and_changes_nothin
         workers=1,
     )
     rates = [row.pop("backdoor_success") for row in probed.rows]
-    assert all(0.0 <= r <= 1.0 for r in rates)
+    assert rates and all(0.0 <= r <= 1.0 for r in rates)
     assert probed.summary["backdoor_success_final"] == rates[-1]
     assert without_wall_time(probed.rows) == without_wall_time(plain.rows)
 
