@@ -4,7 +4,7 @@ A cohort's MLP written by hand: every layer's weights stacked along a
 client axis ([clients, in, out]) and applied with `torch.baddbmm`, one
 autograd graph and one optimizer for all clients, against the same clients
 trained one after another as `nn.Sequential` models (what a clusterfed
-worker does). Both with momentum 0.9, batch 16, random data; each at 1 and
+worker does). Both with momentum 0.9, batch 16 (`--batch`), random data; each at 1 and
 at 2 torch threads. Medians of `--repeats` after a warm-up, alternating.
 
 On a CUDA device (`--device cuda`) the threads are left as they are, and a
