@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -206,6 +207,34 @@ def test_clustered_async_mode_with_joins_and_drift_gives_the_same_rows_on_ray(
 
     assert timeless(local.rows) == timeless(on_ray.rows)
     assert any(r["strategy"].get("reclustered") for r in on_ray.rows)
+
+
+@pytest.mark.parametrize(
+    "attack",
+    [
+        ["faulty=alie", "aggregator=median", "backdoor_probe=on"],
+        ["faulty=backdoor"],
+    ],
+    ids=["alie-probed", "backdoor"],
+)
+def test_byzantine_attacks_give_the_same_rows_on_ray(
+    tmp_path: Path, attack: list[str]
+) -> None:
+    """The colluding attack is forged in the simulator from replies that come
+    from other processes on Ray; the backdoor poisons data inside the actor;
+    the probe stamps the test images in the server. Neither may depend on
+    where the actors run."""
+    from clusterfed.actors.adversary import AttackWarning
+    from clusterfed.scenarios import load_scenario, with_overrides
+
+    scenario = with_overrides(load_scenario("byzantine"), ["rounds=2", *attack])
+    local = clusterfed.run(scenario, out=tmp_path / "local")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AttackWarning)  # forged, not left honest
+        on_ray = clusterfed.run(scenario, out=tmp_path / "ray", runtime="ray")
+    assert without_wall_time(local.rows) == without_wall_time(on_ray.rows)
+    rates = [row["backdoor_success"] for row in on_ray.rows]
+    assert len(rates) == 2 and all(0.0 <= r <= 1.0 for r in rates)
 
 
 def test_cohort_runs_give_the_same_rows_on_ray_and_locally(tmp_path: Path) -> None:
