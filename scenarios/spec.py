@@ -56,7 +56,7 @@ from .transforms import TransformSpec, n_transform_groups
 # names callers import from here stay importable from here.
 __all__ = [
     "DATASET_SIZES",
-    "DP_OFF",
+    "OFF_WORDS",
     "TASK_TIMEOUT_FLOOR_S",
     "UNKNOWN_DATASET_TIMEOUT_S",
     "ClassTablePartition",
@@ -91,13 +91,13 @@ class ModelSpec(BaseModel):
         return dict(self.model_extra or {})
 
 
-DP_OFF = ("off", "none", "false", "no")
+OFF_WORDS = ("off", "none", "false", "no")
 
 
 def _means_off(value: Any) -> bool:
-    """Whether a setting's value is a word of DP_OFF, or false: TOML has no
+    """Whether a setting's value is a word of OFF_WORDS, or false: TOML has no
     null, so `--set X=off` or `X = "none"` is how a run leaves X unset."""
-    return value is False or (isinstance(value, str) and value.lower() in DP_OFF)
+    return value is False or (isinstance(value, str) and value.lower() in OFF_WORDS)
 
 
 class Scenario(_Spec):
