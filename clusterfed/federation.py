@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from clusterfed.actors.client_dp import ClientLevelDP
 from clusterfed.actors.clock import WaitAll
 from clusterfed.actors.courier import cohort_in_flight
 from clusterfed.actors.faults import FaultyClientSpec
+from clusterfed.actors.host import compute_on_one_thread
 from clusterfed.actors.runtimes import Runtime
 from clusterfed.actors.spec import PrivacyPlan
 from clusterfed.actors.trace import TraceMode, TraceWriter, TracingRuntime
@@ -132,6 +133,7 @@ class Federation:
                 max_staleness=scenario.max_staleness,
             )
         self._resume = resume
+        self._restore_threads: Callable[[], None] | None = None
         # Every client's DP plan as it joined, for the summary (a client that
         # leaves stays in it).
         self.privacy: dict[int, PrivacyPlan] = {}
@@ -169,7 +171,16 @@ class Federation:
 
     async def start(self) -> int:
         """Start the runtime and let the clients join; returns the first round
-        to run (after a checkpoint's, when resuming)."""
+        to run (after a checkpoint's, when resuming).
+
+        The server computes on one thread from here to `close`, as every
+        client host does: on more, a Gram matrix of 100 updates (Krum's,
+        Bulyan's) sums in a different order and rounds differently, so its
+        decisions would depend on the machine's cores and the runtime (the
+        inline one already ran it on one); and a BLAS thread spinning
+        beside busy hosts slowed that Gram matrix many times over.
+        """
+        self._restore_threads = compute_on_one_thread()
         await self.runtime.start()
         if self._resume is None:
             await self.add_clients(self.plan.clients)
@@ -288,7 +299,12 @@ class Federation:
         try:
             await self.server.shutdown()
         finally:
-            await self.runtime.close()
+            try:
+                await self.runtime.close()
+            finally:
+                if self._restore_threads is not None:
+                    self._restore_threads()
+                    self._restore_threads = None
 
     # -- checkpoints --------------------------------------------------------------
 

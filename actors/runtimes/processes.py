@@ -37,8 +37,6 @@ from collections.abc import Mapping, Sequence
 from multiprocessing.process import BaseProcess
 from typing import Any, Literal
 
-import torch
-
 from clusterfed.types import ClientId
 
 from ..client import ClientState, keeps_state
@@ -260,7 +258,6 @@ class ProcessRuntime:
         self._load = [0] * workers
         self._workers: dict[int, _Worker] = {}
         self._replacing = asyncio.Lock()
-        self._torch_threads = torch.get_num_threads()
 
     @property
     def parallelism(self) -> int:
@@ -268,9 +265,6 @@ class ProcessRuntime:
         return self.n_workers
 
     async def start(self) -> None:
-        # The event loop's process trains nothing; one thread leaves the
-        # cores to the workers (forked with it).
-        torch.set_num_threads(1)
         # A worker's first optimizer step would import torch._dynamo (about
         # 145 MiB of modules) into each worker on its own; imported before
         # the fork, the workers share this process's copy.
@@ -364,7 +358,6 @@ class ProcessRuntime:
     async def close(self) -> None:
         workers, self._workers = list(self._workers.values()), {}
         await asyncio.gather(*(w.stop() for w in workers))
-        torch.set_num_threads(self._torch_threads)
 
     async def _spawn(self, index: int) -> _Worker:
         worker = _Worker(index, self.start_method)
