@@ -222,8 +222,8 @@ def test_byzantine_attacks_give_the_same_rows_on_ray(
 ) -> None:
     """The colluding attack is forged in the simulator from replies that come
     from other processes on Ray; the backdoor poisons data inside the actor;
-    the probe stamps the test images in the server. Neither may depend on
-    where the actors run."""
+    the probe stamps the test images in the server. None of it may depend
+    on where the actors run."""
     from clusterfed.actors.adversary import AttackWarning
     from clusterfed.scenarios import load_scenario, with_overrides
 

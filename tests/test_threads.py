@@ -48,7 +48,7 @@ def test_the_inline_runtime_computes_on_one_thread_while_it_runs() -> None:
         assert blas_threads() == {2}
 
 
-def test_the_server_computes_on_one_thread_in_every_runtime_then_gives_them_back(
+def test_the_local_runtimes_server_computes_on_one_thread_then_gives_them_back(
     tmp_path: Path,
 ) -> None:
     """The local runtime's server runs in this process beside worker
