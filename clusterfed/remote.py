@@ -42,9 +42,6 @@ class FederationActor:
         plugin: type[Strategy[Any]] | None = None,
         trace: TraceMode | None = None,
     ) -> None:
-        import torch
-
-        torch.set_num_threads(1)
         if plugin is not None:  # an algorithm of the user's own (by value)
             register(scenario.algorithm, plugin)
         self.federation = Federation(
