@@ -9,8 +9,10 @@ runtimes.
 A reference is the run's rounds.jsonl without `wall_time` (the one field that
 depends on the machine's load), gzipped in bench/equivalence/. `check` prints
 the first difference of each case (round, client, field, both values) and
-exits 1 if any case differs. The references come from this machine's torch
-build; another CPU or torch version may round differently.
+exits 1 if any case differs. The references come from one machine's torch
+build and CPU: another CPU or torch version may round differently, so
+`record` keeps the environment beside them (environment.json) and `check`
+prints it beside this machine's whenever a case differs.
 """
 
 from __future__ import annotations
@@ -18,11 +20,15 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import platform
 import sys
 import time
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
+
+import numpy as np
+import torch
 
 import clusterfed
 from clusterfed.diff import differences
@@ -52,6 +58,28 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "fedem": ("fedem-dirichlet", {"rounds": 1}),
 }
 RUNTIMES = ("local", "ray")
+ENVIRONMENT = HERE / "environment.json"
+# The CPU features that pick torch's and BLAS's kernels, and so their rounding.
+KERNEL_FLAGS = ("avx", "amx", "fma", "f16c")
+
+
+def environment() -> dict[str, str]:
+    """What the rows' last bits depend on besides the code."""
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:  # not Linux
+        cpuinfo = []
+    flags = next(
+        (line.split(":", 1)[1].split() for line in cpuinfo if line.startswith("flags")),
+        [],
+    )
+    return {
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "machine": platform.machine(),
+        "cpu_flags": " ".join(sorted(f for f in flags if f.startswith(KERNEL_FLAGS))),
+    }
 
 
 def rows_of(case: str, runtime: str, out: Path) -> list[dict[str, Any]]:
@@ -81,6 +109,8 @@ def main() -> int:
     parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
     parser.add_argument("--runtimes", nargs="+", choices=RUNTIMES, default=RUNTIMES)
     args = parser.parse_args()
+    if args.action == "record":
+        ENVIRONMENT.write_text(json.dumps(environment(), indent=2) + "\n")
     failed = 0
     for runtime in args.runtimes:
         for case in args.cases:
@@ -135,6 +165,20 @@ def main() -> int:
                 print(
                     f"{case:18} {runtime:5} identical, {len(got)} rounds ({took:.1f} s)"
                 )
+    if failed:
+        recorded = json.loads(ENVIRONMENT.read_text()) if ENVIRONMENT.exists() else {}
+        here = environment()
+        for key in sorted(set(recorded) | set(here)):
+            if recorded.get(key) != here.get(key):
+                print(
+                    f"environment: {key} of the references {recorded.get(key)!r},"
+                    f" here {here.get(key)!r}"
+                )
+        if recorded == here:
+            print(
+                "environment: as the references' in all it records:"
+                " the difference is likely the code's"
+            )
     return 1 if failed else 0
 
 

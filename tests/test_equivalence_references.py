@@ -28,3 +28,11 @@ def test_the_local_and_ray_references_are_the_same_rows(case: str) -> None:
     local = rows(case, "local")
     assert local, f"{case}: empty reference"
     assert rows(case, "ray") == local
+
+
+def test_the_references_say_which_torch_build_and_cpu_recorded_them() -> None:
+    """`check` prints this beside the machine's own when a case differs, to
+    tell a new machine's rounding from a change in behaviour."""
+    recorded = json.loads(equivalence.ENVIRONMENT.read_text())
+    assert recorded.keys() == equivalence.environment().keys()
+    assert all(recorded[key] for key in ("torch", "numpy", "machine"))
