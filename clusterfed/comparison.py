@@ -250,13 +250,14 @@ def _finished(folder: Path, scenario: Scenario) -> RunResult | None:
     its settings; None if there is none or it stopped early.
 
     Raises:
-        ConfigError: the finished run there had other settings.
+        ConfigError: the finished run there had other settings, its number
+            of rounds among them (it is kept, never run over).
     """
     summary = folder / "summary.json"
     if not summary.is_file() or not (folder / "config.json").is_file():
         return None
     done = load(folder)
-    if done.summary.get("interrupted") or done.summary.get("rounds") != scenario.rounds:
+    if done.summary.get("interrupted"):
         return None
     changed = _changed(scenario, done.config.get("scenario"))
     if changed:
@@ -266,7 +267,8 @@ def _finished(folder: Path, scenario: Scenario) -> RunResult | None:
             f" ({shown}{', …' if len(changed) > 4 else ''}); nothing was run."
             " Give the settings it was run with, or another --out"
         )
-    return done
+    # Its settings, but not all of their rounds in its rows: stopped early.
+    return done if done.summary.get("rounds") == scenario.rounds else None
 
 
 def _changed(scenario: Scenario, stored: Any) -> list[str]:

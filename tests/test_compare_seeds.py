@@ -461,6 +461,25 @@ def test_resume_refuses_a_finished_run_of_other_settings_before_running(
     assert started == []
 
 
+def test_resume_refuses_a_finished_run_of_other_rounds_and_keeps_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More rounds asked of a finished run: refused, not run over (its
+    rounds were once read as a run that stopped early, and replaced)."""
+    out = tmp_path / "cmp"
+    clusterfed.compare(small_scenario(rounds=1), ["fedavg"], out=out)
+    rounds = (out / "fedavg" / "rounds.jsonl").read_text()
+    started = _count_runs(monkeypatch)
+    with pytest.raises(
+        ConfigError, match=r"fedavg holds a finished run of other settings \(rounds\)"
+    ):
+        clusterfed.compare(
+            small_scenario(rounds=1), ["fedavg"], out=out, resume=True, rounds=2
+        )
+    assert started == []
+    assert (out / "fedavg" / "rounds.jsonl").read_text() == rounds
+
+
 def test_resume_needs_its_folder_and_no_overwrite(tmp_path: Path) -> None:
     for options in ({}, {"out": tmp_path, "overwrite": True}):
         with pytest.raises(ConfigError, match="--resume goes on with the comparison"):
