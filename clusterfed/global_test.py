@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
+from torch import nn
 
 from clusterfed.actors.backdoor import BackdoorTest, held_out
 from clusterfed.actors.privacy import private_model
@@ -45,9 +46,7 @@ class GlobalTest:
             data.n_classes,
             **scenario.model.params,
         )
-        # The clients' weight layout: DP fixes some modules (same layout).
-        private = scenario.dp is not None and scenario.dp.mechanism == "sample"
-        self.net = private_model(net) if private else net
+        self.net = as_clients_train(net, scenario)
 
     def accuracy(self, models: Mapping[ClusterId, np.ndarray]) -> float | None:
         """Accuracy of the one model in `models`; None when there are several
@@ -87,5 +86,12 @@ def backdoor_test(
     net = build_model(
         scenario.model.name, data.input_shape, data.n_classes, **scenario.model.params
     )
-    net = private_model(net) if scenario.dp is not None else net
+    net = as_clients_train(net, scenario)
     return BackdoorTest(net, images, labels, plan.target, plan.trigger)
+
+
+def as_clients_train(net: nn.Module, scenario: Scenario) -> nn.Module:
+    """`net` with the modules the clients train: DP-SGD (`dp.mechanism =
+    "sample"`) fixes some, in the same weight layout; other runs none."""
+    private = scenario.dp is not None and scenario.dp.mechanism == "sample"
+    return private_model(net) if private else net

@@ -14,6 +14,7 @@ before the end.
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -50,6 +51,7 @@ from clusterfed.seeding import derive_seed, numpy_rng
 from clusterfed.types import ClientId
 
 from .dealing import deal_parts, joiner_partition_groups
+from .faults import BackdoorProbe, Faulty
 from .privacy import client_dp_plan
 from .spec import Scenario
 from .transforms import GroupTransforms
@@ -228,6 +230,41 @@ class RunPlan:
         )
 
 
+def check_backdoors(scenario: Scenario, data: Dataset) -> None:
+    """Refuse a backdoor (or backdoor probe) that does not fit the dataset:
+    a target outside its labels would read a success rate of 0 every round,
+    and a trigger as large as its images would stamp all of every image.
+
+    Raises:
+        ScenarioError: naming the entry, its value and the dataset's bound.
+    """
+    plans: list[tuple[str, Faulty | BackdoorProbe]] = [
+        (f"faulty[{i}]", f)
+        for i, f in enumerate(scenario.faulty)
+        if f.behaviour == "backdoor"
+    ]
+    if scenario.backdoor_probe is not None:
+        plans.append(("backdoor_probe", scenario.backdoor_probe))
+    shape = data.input_shape
+    # The trigger is a square in an image's corner, or its last trigger²
+    # features in a flat row (actors/backdoor.py `stamp`).
+    flat = len(shape) < 3
+    side = math.isqrt(shape[-1] - 1) if flat else min(shape[-2:]) - 1
+    images = f"{shape[-1]} features" if flat else f"{shape[-2]}×{shape[-1]} images"
+    for where, plan in plans:
+        if plan.target >= data.n_classes:
+            raise ScenarioError(
+                f"{where}.target = {plan.target}: {scenario.dataset.name} has"
+                f" labels 0 to {data.n_classes - 1}"
+            )
+        if plan.trigger > side:
+            raise ScenarioError(
+                f"{where}.trigger = {plan.trigger}: {scenario.dataset.name} has"
+                f" {images}; a trigger must leave part of each uncovered"
+                f" (at most {side})"
+            )
+
+
 def plan_run(scenario: Scenario) -> RunPlan:
     """Data split, initial model and actor specs of `scenario`, all from its seed."""
     try:
@@ -255,6 +292,7 @@ def plan_run(scenario: Scenario) -> RunPlan:
         raise
     except ClusterfedError as exc:
         raise ScenarioError(f"scenario {scenario.name!r}: {exc}") from exc
+    check_backdoors(scenario, data)
     dp_layers = None
     if scenario.dp is not None and scenario.dp.mechanism == "sample":
         # Refused here, before anything runs; the clients apply the same fix.

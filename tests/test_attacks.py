@@ -24,6 +24,7 @@ from clusterfed.algorithms.robust import Krum, Median
 from clusterfed.errors import ScenarioError
 from clusterfed.protocol import Envelope, UpdateReply
 from clusterfed.scenarios import load_scenario
+from clusterfed.scenarios.build import plan_run
 from clusterfed.scenarios.loader import with_overrides
 from clusterfed.types import ClientId
 from helpers import small_scenario, without_wall_time
@@ -491,3 +492,36 @@ def test_a_backdoor_probe_beside_a_backdoor_client_is_refused() -> None:
         with_overrides(
             load_scenario("byzantine"), ["faulty=backdoor", "backdoor_probe=on"]
         )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        (
+            ["faulty=backdoor", "faulty.target=10"],
+            r"faulty\[0\]\.target = 10: .* labels 0 to 9",
+        ),
+        (["faulty=[]", "backdoor_probe.target=99"], r"backdoor_probe\.target = 99"),
+        (
+            ["faulty=backdoor", "faulty.trigger=8"],
+            r"faulty\[0\]\.trigger = 8: .*8×8 images.*at most 7",
+        ),
+        (["faulty=[]", "backdoor_probe.trigger=500"], r"backdoor_probe\.trigger = 500"),
+    ],
+    ids=["backdoor-target", "probe-target", "backdoor-trigger", "probe-trigger"],
+)
+def test_a_backdoor_that_does_not_fit_the_dataset_is_refused_before_it_runs(
+    overrides: list[str], named: str
+) -> None:
+    """A target outside the labels read a success rate of 0 in every row, and
+    a trigger as large as the image stamped all of it, without a word."""
+    scenario = with_overrides(load_scenario("byzantine"), overrides)
+    with pytest.raises(ScenarioError, match=named):
+        plan_run(scenario)
+
+
+def test_the_largest_trigger_that_leaves_part_of_the_image_is_planned() -> None:
+    scenario = with_overrides(
+        load_scenario("byzantine"), ["faulty=backdoor", "faulty.trigger=7"]
+    )
+    assert plan_run(scenario).clients
