@@ -10,11 +10,13 @@ specs and ground-truth groups, who has crashed or straggles, its random
 stream), the results recorder's (how much of rounds.jsonl is written) and
 what the clients keep between rounds (each client's privacy accountant with
 local DP, a faulty client's memory), from the runtime that hosts them, and
-a population's arrays (each registered client's last cluster and round); in
-asynchronous mode the driver's versions and event queue, with the tasks in
-flight (trained when they started, their replies waiting for their arrival
-time). A round's client work depends only on what it receives and on those,
-so the rounds after a resume are the rounds the run would have written.
+a population's arrays (each registered client's last cluster and round),
+and what the summary reads besides the rows (every DP plan, a leaver's too,
+and the warnings said); in asynchronous mode the driver's versions and event
+queue, with the tasks in flight (trained when they started, their replies
+waiting for their arrival time). A round's client work depends only on what
+it receives and on those, so the rounds after a resume are the rounds the
+run would have written, and its summary the one it would have.
 
 Every snapshot is a `TypedDict` (`ServerSnapshot`, `DriverSnapshot`,
 `EngineSnapshot`, `RecorderSnapshot`, `ClientState`, and this one): the
@@ -60,11 +62,13 @@ from pathlib import Path
 from typing import Any, TypedDict, TypeGuard
 
 import numpy as np
+from pydantic import ValidationError
 
 from clusterfed.actors.asynchronous import DriverSnapshot, driver_snapshot_problem
 from clusterfed.actors.client import ClientState, client_state_problem
 from clusterfed.actors.clock import ClockDevices, devices_problem
 from clusterfed.actors.snapshots import ServerSnapshot
+from clusterfed.actors.spec import PrivacyPlan
 from clusterfed.errors import ConfigError
 from clusterfed.folders import TMP
 from clusterfed.scenarios.engine import EngineSnapshot
@@ -80,7 +84,8 @@ CHECKPOINT = "checkpoint.pkl"
 # 5: the server's snapshot holds client-level DP's books (`client_dp`).
 # 6: a population's arrays (`population`; None for a run without one).
 # 7: the strategy state keeps each cluster's centre (`ServerState.centres`).
-FORMAT = 7
+# 8: what the summary reads besides the rows (`summary`: DP plans, warnings).
+FORMAT = 8
 MAGIC = b"clusterfed-checkpoint"
 # Inputs live in [0, 1] and runs train with small learning rates: trained
 # weights stay within a few units. A weight past a million is damage (or a
@@ -96,6 +101,16 @@ class RecorderSnapshot(TypedDict):
     wall_s: float  # spent before the checkpoint, for the summary
 
 
+class SummarySnapshot(TypedDict):
+    """What summary.json reads besides the rows, said before the checkpoint
+    (`Federation.snapshot`): a resumed run's summary is then the one of the
+    run never stopped, though its leavers do not join again."""
+
+    privacy: dict[ClientId, dict[str, Any]]  # each DP plan as it joined (dumped)
+    warnings: list[str]  # said so far
+    punctual_stragglers: list[ClientId]  # warned of once already
+
+
 class FederationSnapshot(TypedDict):
     """A run between two rounds, every part of it (`Federation.snapshot`)."""
 
@@ -107,6 +122,7 @@ class FederationSnapshot(TypedDict):
     recorder: RecorderSnapshot
     clients: dict[ClientId, ClientState]  # a client that keeps nothing is left out
     population: PopulationSnapshot | None  # None: a run without a population
+    summary: SummarySnapshot
 
 
 @dataclass(frozen=True)
@@ -298,7 +314,34 @@ def snapshot_problem(federation: object, mode: object = "sync") -> str | None:
     wall_s = federation["recorder"]["wall_s"]
     if not isinstance(wall_s, float) or not 0 <= wall_s < math.inf:
         return f"the recorder's wall_s is {wall_s!r}, expected finite seconds"
+    summary = federation["summary"]
+    problem = _keys_problem(
+        "the summary's snapshot", summary, SummarySnapshot
+    ) or _summary_problem(summary)
+    if problem is not None:
+        return problem
     return _clients_problem(federation["clients"])
+
+
+def _summary_problem(summary: SummarySnapshot) -> str | None:
+    """Why the summary's snapshot holds values no run writes, or None."""
+    privacy = summary["privacy"]
+    if not isinstance(privacy, dict):
+        return f"the summary's DP plans are a {type(privacy).__name__}, not a dict"
+    for client, plan in privacy.items():
+        if not _count(client):
+            return f"a DP plan is kept under {client!r}, not a client id"
+        try:
+            PrivacyPlan.model_validate(plan)
+        except ValidationError as exc:
+            return f"client {client}'s DP plan: {exc.errors()[0]['msg']}"
+    said = summary["warnings"]
+    if not isinstance(said, list) or not all(isinstance(w, str) for w in said):
+        return "the summary's warnings are not a list of texts"
+    warned = summary["punctual_stragglers"]
+    if not isinstance(warned, list) or not all(_count(c) for c in warned):
+        return "the summary's warned stragglers are not a list of client ids"
+    return None
 
 
 def _keys_problem(name: str, part: object, kind: Any) -> str | None:

@@ -323,6 +323,15 @@ class Federation:
             "population": None
             if self.population is None
             else self.population.snapshot(),
+            "summary": {
+                "privacy": {
+                    ClientId(c): plan.model_dump() for c, plan in self.privacy.items()
+                },
+                "warnings": list(self.warnings),
+                "punctual_stragglers": sorted(
+                    ClientId(c) for c in self._punctual_stragglers
+                ),
+            },
         }
 
     def restore(self, snapshot: FederationSnapshot) -> None:
@@ -358,6 +367,19 @@ class Federation:
             self.driver.restore(snapshot["driver"])
         if self.population is not None and population is not None:
             self.population.restore(population, self.first_round)
+        said = snapshot["summary"]
+        # The clients that left before the checkpoint join no more: their
+        # plans come from it (those that joined again have the same ones).
+        self.privacy = {
+            **{c: PrivacyPlan.model_validate(p) for c, p in said["privacy"].items()},
+            **self.privacy,
+        }
+        # This process said the scenario's own warnings again when it began.
+        self.warnings = [
+            *said["warnings"],
+            *(w for w in self.warnings if w not in said["warnings"]),
+        ]
+        self._punctual_stragglers = set(said["punctual_stragglers"])
 
     async def checkpoint(self) -> Path:
         """Write the run's state after its last recorded round."""

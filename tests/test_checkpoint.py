@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import clusterfed
+from clusterfed.actors.clock import Deadline
 from clusterfed.actors.roster import Roster
 from clusterfed.actors.snapshots import ServerSnapshot, check_snapshot
 from clusterfed.algorithms import ClientInfo, ServerState
@@ -34,9 +35,9 @@ from clusterfed.checkpoint import (
     write_checkpoint,
 )
 from clusterfed.cli import main
-from clusterfed.errors import ConfigError
+from clusterfed.errors import ConfigError, ScenarioWarning
 from clusterfed.scenarios import Crash, Drift, Join, RotationTransform, load_scenario
-from clusterfed.scenarios.events import Dropout
+from clusterfed.scenarios.events import Dropout, Leave, Straggle
 from clusterfed.scenarios.spec import DPSpec, Faulty
 from clusterfed.scenarios.timeline import Timeline
 from clusterfed.types import ClientId, ClusterId
@@ -220,6 +221,30 @@ def test_a_resumed_run_with_faulty_clients_and_dp_matches_in_one_process(
     last = first.rows[-1]
     assert any("which is over" in r for r in last["rejections"])  # the replay
     assert last["failed_updates"] == 1  # the hang
+
+
+def test_a_resumed_runs_summary_keeps_its_leavers_and_warnings(
+    tmp_path: Path,
+) -> None:
+    """Client 0 leaves, and client 2 straggles inside the deadline (a
+    warning), before the checkpoint: the resumed summary still lists client
+    0's DP plan and says the warning, as the run never stopped does."""
+    scenario = small_scenario(
+        rounds=5,
+        dp=DPSpec(epsilon=10),
+        deadline=Deadline(seconds=60.0),
+        events=[Leave(start=1, target=0), Straggle(start=1, target=2, factor=2.0)],
+    )
+    with pytest.warns(ScenarioWarning, match="client 2 straggles"):
+        first = clusterfed.run(scenario, out=tmp_path, workers=1, checkpoint_every=2)
+    assert read_checkpoint(tmp_path).rounds_done == 4
+    assert "0" in first.summary["privacy"]["clients"]
+    (tmp_path / "summary.json").unlink()
+    resumed = clusterfed.resume(tmp_path, workers=1)
+    assert without_wall_time(resumed.rows) == without_wall_time(first.rows)
+    first.summary.pop("wall_s")
+    resumed.summary.pop("wall_s")
+    assert resumed.summary == first.summary
 
 
 def test_a_checkpoint_is_written_every_n_rounds_but_not_after_the_last(

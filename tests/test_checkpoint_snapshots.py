@@ -103,7 +103,7 @@ FOREIGN: dict[str, tuple[Edit, str]] = {
     "the layout of format 3": (
         _flat,
         "the checkpoint lacks clients, devices, driver, engine, population, recorder,"
-        " server",
+        " server, summary",
     ),
     "no snapshot at all": (lambda _: ["server"], "the checkpoint holds a list"),
     "an engine that is a list": (
@@ -133,6 +133,22 @@ FOREIGN: dict[str, tuple[Edit, str]] = {
     "an infinite wall time": (
         _part("recorder", wall_s=float("inf")),
         "the recorder's wall_s is inf, expected finite seconds",
+    ),
+    "a summary without its warnings": (
+        _without("summary", "warnings"),
+        "the summary's snapshot lacks warnings",
+    ),
+    "a DP plan under a text id": (
+        _part("summary", privacy={"0": {}}),
+        "a DP plan is kept under '0', not a client id",
+    ),
+    "a DP plan with a negative budget": (
+        _part("summary", privacy={0: {"epsilon": -1.0}}),
+        "client 0's DP plan: Input should be greater than 0",
+    ),
+    "warnings that are not texts": (
+        _part("summary", warnings=[1]),
+        "the summary's warnings are not a list of texts",
     ),
     "client states in a list": (
         _with(clients=[BAD_STATE]),
