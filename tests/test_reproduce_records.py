@@ -238,7 +238,7 @@ def test_a_quick_sitting_keeps_its_records_beside_its_runs(
     # --quick with the default folder writes beside its runs, never into
     # docs/records; a folder named on the command line is used as named.
     assert folders == [
-        tmp_path / "runs" / "records",
+        tmp_path / "runs-quick" / "records",
         tmp_path / "docs",
         tmp_path / "named",
     ]
@@ -534,3 +534,22 @@ def test_the_page_names_what_its_records_still_lack(tmp_path: Path) -> None:
         "Recorded in part on digits (a seed is shown once every algorithm has"
         f" its run): `{EXPERIMENT.key}` (4 of 6 runs), `{other.key}` (4 of 6 runs)."
     ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "out"),
+    [
+        (["--quick"], "runs-quick"),
+        (["--quick", "--out", "mine"], "mine"),
+        (["--out", "mine", "--quick"], "mine"),
+        ([], "runs"),
+    ],
+)
+def test_a_smoke_test_runs_apart_from_the_full_runs_unless_told_where(
+    tmp_path: Path, argv: list[str], out: str
+) -> None:
+    """--resume refuses a finished run of other rounds: a smoke test's short
+    runs left in the full runs' folder would stop the next sitting there."""
+    parser = _sitting_parser(tmp_path, tmp_path / "docs")
+    named = out if out == "mine" else str(tmp_path / out)
+    assert parser.parse_args(argv).out == named

@@ -10,6 +10,7 @@ import sys
 import time
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from clusterfed.data.datasets import available
 from clusterfed.errors import ConfigError
@@ -29,6 +30,28 @@ def seeds_argument(text: str) -> list[int]:
         return parse_seeds(text)
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+class QuickRuns(argparse.Action):
+    """`--quick`, which also moves --out, where it is left at its default, to
+    `<default>-quick`: a smoke test's short runs are not the full runs a
+    later --resume keeps (it refuses a finished run of other rounds)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=False, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, True)
+        default = parser.get_default("out")
+        # An --out given before --quick is kept; one given after replaces this.
+        if namespace.out == default:
+            namespace.out = f"{default}-quick"
 
 
 def default_page(quick: bool, datasets: list[str], out: str) -> Path:
@@ -57,7 +80,10 @@ def dp_study_lines(folder: Path, quick: bool) -> dict[str, list[str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=DESCRIPTION)
     parser.add_argument(
-        "--quick", action="store_true", help="fewer rounds (digits only by default)"
+        "--quick",
+        action=QuickRuns,
+        help="fewer rounds (digits only by default), into runs/reproduce-quick"
+        " unless --out is given",
     )
     parser.add_argument("--out", default="runs/reproduce", help="folder of the runs")
     parser.add_argument(

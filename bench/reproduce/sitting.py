@@ -12,18 +12,19 @@ from pathlib import Path
 from clusterfed.data.datasets import available as dataset_available
 
 from . import records
-from .cli import seeds_argument
+from .cli import QuickRuns, seeds_argument
 from .runner import ROOT, Experiment, Outcome, run_all
 
 
 def sitting_parser(
     description: str, *, quick: str, out: str, records_folder: Path, only: str
 ) -> argparse.ArgumentParser:
-    """The options of a sitting: --quick (help `quick`), --out (default
-    `out`), --records (default `records_folder`; with --quick, the folder
-    `records` in --out), --only (help `only`), --seeds, --resume, --no-run."""
+    """The options of a sitting: --quick (help `quick`; its runs go to
+    `<out>-quick` unless --out is given), --out (default `out`), --records
+    (default `records_folder`; with --quick, the folder `records` in --out),
+    --only (help `only`), --seeds, --resume, --no-run."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument("--quick", action=QuickRuns, help=quick)
     parser.add_argument("--out", default=out, help="folder of the runs")
     parser.add_argument(
         "--records",
