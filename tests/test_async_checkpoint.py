@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_checkpoint import kill_after_checkpoint
+from test_checkpoint import assert_resumes_to, kill_after_checkpoint
 
 import clusterfed
 from clusterfed.actors import DeviceProfile, InlineRuntime
@@ -15,6 +15,8 @@ from clusterfed.checkpoint import read_checkpoint
 from clusterfed.errors import ConfigError
 from clusterfed.federation import Federation
 from clusterfed.scenarios import Drift, Join, RotationTransform, load_scenario
+from clusterfed.scenarios.events import Leave
+from clusterfed.scenarios.spec import DPSpec
 from helpers import read_rounds, small_scenario, without_wall_time
 
 ASYNC = """\
@@ -132,3 +134,20 @@ def test_a_checkpoint_of_another_mode_is_refused(tmp_path: Path) -> None:
         ConfigError, match="taken in async mode, this run's mode is sync"
     ):
         sync.restore(snapshot)
+
+
+def test_a_resumed_async_runs_summary_keeps_a_leavers_privacy(tmp_path: Path) -> None:
+    """Client 0 leaves before the checkpoint: the resumed async run's summary
+    still lists its DP plan, as the run that never stopped does."""
+    scenario = small_scenario(
+        algorithm="ifca",
+        mode="async",
+        rounds=5,
+        dp=DPSpec(epsilon=10),
+        events=[Leave(start=1, target=0)],
+        algorithm_params={"ifca": {"clusters": 2, "buffer_size": 2}},
+    )
+    first = clusterfed.run(scenario, out=tmp_path, workers=1, checkpoint_every=2)
+    assert read_checkpoint(tmp_path).rounds_done == 4
+    assert "0" in first.summary["privacy"]["clients"]
+    assert_resumes_to(first, tmp_path)

@@ -239,8 +239,14 @@ def test_a_resumed_runs_summary_keeps_its_leavers_and_warnings(
         first = clusterfed.run(scenario, out=tmp_path, workers=1, checkpoint_every=2)
     assert read_checkpoint(tmp_path).rounds_done == 4
     assert "0" in first.summary["privacy"]["clients"]
-    (tmp_path / "summary.json").unlink()
-    resumed = clusterfed.resume(tmp_path, workers=1)
+    assert_resumes_to(first, tmp_path)
+
+
+def assert_resumes_to(first: clusterfed.RunResult, out: Path) -> None:
+    """Its summary lost, the run in `out` resumes from its checkpoint to the
+    rows and the summary of `first`, the run that never stopped."""
+    (out / "summary.json").unlink()
+    resumed = clusterfed.resume(out, workers=1)
     assert without_wall_time(resumed.rows) == without_wall_time(first.rows)
     first.summary.pop("wall_s")
     resumed.summary.pop("wall_s")
