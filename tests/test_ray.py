@@ -20,7 +20,8 @@ from clusterfed.actors.runtimes.base import KEEP_AT_LEAST
 from clusterfed.actors.runtimes.ray import RayRuntime
 from clusterfed.checkpoint import read_checkpoint
 from clusterfed.scenarios import Join, Scenario
-from clusterfed.scenarios.spec import ModelSpec
+from clusterfed.scenarios.events import Leave
+from clusterfed.scenarios.spec import DPSpec, ModelSpec
 from helpers import read_rounds, small_scenario, without_wall_time
 
 ray = pytest.importorskip("ray")
@@ -336,3 +337,19 @@ def test_a_population_checkpoint_taken_on_ray_resumes_to_the_local_rows(
     clusterfed.resume(out)
     whole = clusterfed.run(scenario, out=tmp_path / "local", workers=2)
     assert without_wall_time(read_rounds(out)) == without_wall_time(whole.rows)
+
+
+def test_a_dp_run_resumed_on_ray_keeps_a_leavers_privacy(tmp_path: Path) -> None:
+    # The checkpoint is taken inside the Ray actor that runs the federation.
+    scenario = small_scenario(
+        rounds=5, dp=DPSpec(epsilon=10), events=[Leave(start=1, target=0)]
+    )
+    out = tmp_path / "ray"
+    clusterfed.run(scenario, out=out, runtime="ray", checkpoint_every=2)
+    (out / "summary.json").unlink()
+    resumed = clusterfed.resume(out)
+    whole = clusterfed.run(scenario, out=tmp_path / "local")
+    assert "0" in whole.summary["privacy"]["clients"]
+    resumed.summary.pop("wall_s")
+    whole.summary.pop("wall_s")
+    assert resumed.summary == whole.summary
