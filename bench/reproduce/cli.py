@@ -48,10 +48,24 @@ class QuickRuns(argparse.Action):
         option_string: str | None = None,
     ) -> None:
         setattr(namespace, self.dest, True)
-        default = parser.get_default("out")
-        # An --out given before --quick is kept; one given after replaces this.
-        if namespace.out == default:
-            namespace.out = f"{default}-quick"
+        # An --out given after --quick replaces this.
+        if not getattr(namespace, "out_named", False):
+            namespace.out = f"{parser.get_default('out')}-quick"
+
+
+class OutFolder(argparse.Action):
+    """`--out`, remembering that it was named: --quick keeps a folder named
+    before it, even the default one."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.out_named = True
 
 
 def default_page(quick: bool, datasets: list[str], out: str) -> Path:
@@ -85,7 +99,9 @@ def main() -> None:
         help="fewer rounds (digits only by default), into runs/reproduce-quick"
         " unless --out is given",
     )
-    parser.add_argument("--out", default="runs/reproduce", help="folder of the runs")
+    parser.add_argument(
+        "--out", action=OutFolder, default="runs/reproduce", help="folder of the runs"
+    )
     parser.add_argument(
         "--page",
         default=None,

@@ -12,7 +12,7 @@ from pathlib import Path
 from clusterfed.data.datasets import available as dataset_available
 
 from . import records
-from .cli import QuickRuns, seeds_argument
+from .cli import OutFolder, QuickRuns, seeds_argument
 from .runner import ROOT, Experiment, Outcome, run_all
 
 
@@ -25,7 +25,9 @@ def sitting_parser(
     --only (help `only`), --seeds, --resume, --no-run."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action=QuickRuns, help=quick)
-    parser.add_argument("--out", default=out, help="folder of the runs")
+    parser.add_argument(
+        "--out", action=OutFolder, default=out, help="folder of the runs"
+    )
     parser.add_argument(
         "--records",
         default=str(records_folder),
