@@ -9,10 +9,11 @@ runtimes.
 A reference is the run's rounds.jsonl without `wall_time` (the one field that
 depends on the machine's load), gzipped in bench/equivalence/. `check` prints
 the first difference of each case (round, client, field, both values) and
-exits 1 if any case differs. The references come from one machine's torch
+exits 1 if any case differs. A reference comes from one machine's torch
 build and CPU: another CPU or torch version may round differently, so
-`record` keeps the environment beside them (environment.json) and `check`
-prints it beside this machine's whenever a case differs.
+`record` keeps each reference's environment beside it (environment.json,
+by `CASE-RUNTIME`) and `check` prints a differing case's beside this
+machine's.
 """
 
 from __future__ import annotations
@@ -92,6 +93,45 @@ def reference_path(case: str, runtime: str) -> Path:
     return HERE / f"{case}-{runtime}.jsonl.gz"
 
 
+def recorded_environments() -> dict[str, dict[str, str]]:
+    """Each reference's environment, by `CASE-RUNTIME`."""
+    found: dict[str, dict[str, str]] = (
+        json.loads(ENVIRONMENT.read_text()) if ENVIRONMENT.exists() else {}
+    )
+    return found
+
+
+def keep_environment(case: str, runtime: str) -> None:
+    """Say that this machine recorded the reference of `case` in `runtime`;
+    the other references keep theirs."""
+    kept = recorded_environments() | {f"{case}-{runtime}": environment()}
+    ENVIRONMENT.write_text(json.dumps(kept, indent=2, sort_keys=True) + "\n")
+
+
+def environment_lines(differing: list[str]) -> list[str]:
+    """How the environments of the `differing` references (`CASE-RUNTIME`)
+    differ from this machine's, references of one environment together."""
+    here = environment()
+    recorded = recorded_environments()
+    groups: dict[str, list[str]] = {}
+    for name in differing:
+        groups.setdefault(json.dumps(recorded.get(name), sort_keys=True), []).append(
+            name
+        )
+    lines = []
+    for said, names in groups.items():
+        theirs = json.loads(said) or {}
+        lines.append(f"environment of {', '.join(names)}:")
+        lines += [
+            f"  {key}: the reference's {theirs.get(key)!r}, here {here.get(key)!r}"
+            for key in sorted(set(theirs) | set(here))
+            if theirs.get(key) != here.get(key)
+        ]
+        if theirs == here:
+            lines.append("  as this machine's in all it records: likely the code's")
+    return lines
+
+
 def _client_keys(rows: list[dict[str, Any]]) -> set[str]:
     return {k for row in rows for c in row.get("clients", []) for k in c}
 
@@ -109,9 +149,7 @@ def main() -> int:
     parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
     parser.add_argument("--runtimes", nargs="+", choices=RUNTIMES, default=RUNTIMES)
     args = parser.parse_args()
-    if args.action == "record":
-        ENVIRONMENT.write_text(json.dumps(environment(), indent=2) + "\n")
-    failed = 0
+    failed = []
     for runtime in args.runtimes:
         for case in args.cases:
             start = time.perf_counter()
@@ -124,6 +162,7 @@ def main() -> int:
                     stream.writelines(
                         json.dumps(r, sort_keys=True) + "\n" for r in rows
                     )
+                keep_environment(case, runtime)
                 print(
                     f"{case:18} {runtime:5} recorded {len(rows)} rounds ({took:.1f} s)"
                 )
@@ -155,7 +194,7 @@ def main() -> int:
             if not found and len(want) != len(got):
                 found = [("rounds", len(want), len(got))]
             if found:
-                failed += 1
+                failed.append(f"{case}-{runtime}")
                 where, a, b = found[0]
                 print(
                     f"{case:18} {runtime:5} DIFFERS at {where}: reference {a!r},"
@@ -166,19 +205,7 @@ def main() -> int:
                     f"{case:18} {runtime:5} identical, {len(got)} rounds ({took:.1f} s)"
                 )
     if failed:
-        recorded = json.loads(ENVIRONMENT.read_text()) if ENVIRONMENT.exists() else {}
-        here = environment()
-        for key in sorted(set(recorded) | set(here)):
-            if recorded.get(key) != here.get(key):
-                print(
-                    f"environment: {key} of the references {recorded.get(key)!r},"
-                    f" here {here.get(key)!r}"
-                )
-        if recorded == here:
-            print(
-                "environment: as the references' in all it records:"
-                " the difference is likely the code's"
-            )
+        print("\n".join(environment_lines(failed)))
     return 1 if failed else 0
 
 
