@@ -41,7 +41,12 @@ from clusterfed.scenarios.problems import scenario_warnings, unfired_time_events
 from clusterfed.seeding import numpy_rng
 from clusterfed.types import ClientId
 
-from .checkpoint import Checkpoint, FederationSnapshot, write_checkpoint
+from .checkpoint import (
+    Checkpoint,
+    FederationSnapshot,
+    SummarySnapshot,
+    write_checkpoint,
+)
 from .global_test import GlobalTest, backdoor_test
 from .provenance import algorithm_record
 from .results import Row, RunRecorder
@@ -156,6 +161,10 @@ class Federation:
         else:
             # The same plan (all from the seed), then the checkpoint's position.
             self.engine.restore(resume.federation["engine"])
+            # Before the recorder cuts rounds.jsonl back to the checkpoint.
+            problem = self._summary_mismatch(resume.federation["summary"])
+            if problem is not None:
+                raise ConfigError(f"checkpoint refused: the summary's {problem}")
             self.recorder = RunRecorder(
                 out, self.config, resume=resume.federation["recorder"]
             )
@@ -380,6 +389,31 @@ class Federation:
             *(w for w in self.warnings if w not in said["warnings"]),
         ]
         self._punctual_stragglers = set(said["punctual_stragglers"])
+
+    def _summary_mismatch(self, said: SummarySnapshot) -> str | None:
+        """Why the summary's part of a checkpoint cannot be this run's, or
+        None: DP plans that this scenario's DP would not make, or a client
+        id that the run has not had."""
+        known = self.engine.next_id
+        if self.population is not None:
+            known = max(known, self.population.n)
+        ids = [int(c) for c in said["privacy"]] + said["punctual_stragglers"]
+        stranger = next((c for c in ids if c >= known), None)
+        if stranger is not None:
+            return f"client {stranger} was never in this run (ids 0..{known - 1})"
+        dp = self.scenario.dp
+        for client, kept in said["privacy"].items():
+            if dp is None or dp.mechanism != "sample":
+                return f"client {client} has a DP-SGD plan; this run has no DP-SGD"
+            plan = PrivacyPlan.model_validate(kept)
+            for field in ("epsilon", "delta", "max_grad_norm", "accountant", "horizon"):
+                if getattr(plan, field) != getattr(dp, field):
+                    return (
+                        f"client {client}'s DP plan has {field} = "
+                        f"{getattr(plan, field)!r}, this run's dp.{field} is"
+                        f" {getattr(dp, field)!r}"
+                    )
+        return None
 
     async def checkpoint(self) -> Path:
         """Write the run's state after its last recorded round."""

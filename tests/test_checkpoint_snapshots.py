@@ -21,6 +21,7 @@ import clusterfed
 from clusterfed.actors import ClientState
 from clusterfed.actors.client import CLIENT_STATE_KEYS, client_state_problem
 from clusterfed.actors.snapshots import SNAPSHOT_KEYS
+from clusterfed.actors.spec import PrivacyPlan
 from clusterfed.checkpoint import (
     CHECKPOINT,
     FORMAT,
@@ -98,6 +99,16 @@ def _flat(federation: Any) -> Any:
 
 
 BAD_STATE: ClientState = {"privacy": [(1.0, 2.0, 3)]}  # a sample rate of 2
+PLAN = PrivacyPlan(
+    epsilon=10.0,
+    delta=1e-5,
+    max_grad_norm=1.0,
+    noise_multiplier=1.0,
+    rounds=5,
+    sample_rate=0.1,
+    steps=50,
+    run_id="elsewhere",
+).model_dump()
 
 FOREIGN: dict[str, tuple[Edit, str]] = {
     "the layout of format 3": (
@@ -149,6 +160,18 @@ FOREIGN: dict[str, tuple[Edit, str]] = {
     "warnings that are not texts": (
         _part("summary", warnings=[1]),
         "the summary's warnings are not a list of texts",
+    ),
+    # The summary's part is checked against the run when the federation
+    # takes it back: this run has no DP, and 6 clients.
+    "a DP plan in a run without DP": (
+        _part("summary", privacy={0: PLAN}),
+        "checkpoint refused: the summary's client 0 has a DP-SGD plan; this run"
+        " has no DP-SGD",
+    ),
+    "a warned straggler the run never had": (
+        _part("summary", punctual_stragglers=[10**9]),
+        "checkpoint refused: the summary's client 1000000000 was never in this"
+        " run (ids 0..5)",
     ),
     "client states in a list": (
         _with(clients=[BAD_STATE]),
@@ -209,6 +232,32 @@ def test_a_foreign_or_damaged_snapshot_is_refused_naming_the_part(
         out, dataclasses.replace(checkpoint, federation=edit(checkpoint.federation))
     )
     _refused(out, re.escape(reason))
+
+
+def test_a_dp_plan_of_another_budget_is_refused(tmp_path: Path) -> None:
+    clusterfed.run(
+        small_scenario(rounds=3, dp=DPSpec(epsilon=10)),
+        out=tmp_path,
+        workers=1,
+        checkpoint_every=2,
+    )
+    (tmp_path / "summary.json").unlink()
+    checkpoint = read_checkpoint(tmp_path)
+    plans = checkpoint.federation["summary"]["privacy"]
+    assert plans.keys() == set(range(6))
+    forged = {c: {**plan, "epsilon": 1e-9} for c, plan in plans.items()}
+    edit = _part("summary", privacy=forged)
+    write_checkpoint(
+        tmp_path,
+        dataclasses.replace(checkpoint, federation=edit(checkpoint.federation)),
+    )
+    _refused(
+        tmp_path,
+        re.escape(
+            "checkpoint refused: the summary's client 0's DP plan has epsilon ="
+            " 1e-09, this run's dp.epsilon is 10.0"
+        ),
+    )
 
 
 def test_a_checkpoint_of_an_older_format_is_refused_naming_both_formats(
