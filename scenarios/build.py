@@ -246,10 +246,15 @@ def check_backdoors(scenario: Scenario, data: Dataset) -> None:
     if scenario.backdoor_probe is not None:
         plans.append(("backdoor_probe", scenario.backdoor_probe))
     shape = data.input_shape
-    # The trigger is a square in an image's corner, or its last trigger²
-    # features in a flat row (actors/backdoor.py `stamp`).
-    flat = len(shape) < 3
-    side = math.isqrt(shape[-1] - 1) if flat else min(shape[-2:]) - 1
+    # The trigger is a square in an image's corner (H×W or C×H×W), or its
+    # last trigger² features in a flat row (actors/backdoor.py `stamp`); a
+    # square as tall as a wide image still leaves its left part.
+    flat = len(shape) < 2
+    if flat:
+        side = math.isqrt(shape[-1] - 1)
+    else:
+        height, width = shape[-2:]
+        side = min(height, width) - (height == width)
     images = f"{shape[-1]} features" if flat else f"{shape[-2]}×{shape[-1]} images"
     for where, plan in plans:
         if plan.target >= data.n_classes:

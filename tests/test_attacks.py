@@ -17,14 +17,16 @@ from numpy.testing import assert_allclose
 import clusterfed
 from clusterfed.actors import attacks
 from clusterfed.actors.adversary import Adversary, AttackWarning
+from clusterfed.actors.backdoor import stamp
 from clusterfed.actors.faults import FaultPlan, FaultyClientSpec
 from clusterfed.actors.outcome import Exchange
 from clusterfed.actors.spec import build_trainer
 from clusterfed.algorithms.robust import Krum, Median
+from clusterfed.data.datasets import Dataset
 from clusterfed.errors import ScenarioError
 from clusterfed.protocol import Envelope, UpdateReply
 from clusterfed.scenarios import load_scenario
-from clusterfed.scenarios.build import plan_run
+from clusterfed.scenarios.build import check_backdoors, plan_run
 from clusterfed.scenarios.loader import with_overrides
 from clusterfed.types import ClientId
 from helpers import small_scenario, without_wall_time
@@ -518,6 +520,29 @@ def test_a_backdoor_that_does_not_fit_the_dataset_is_refused_before_it_runs(
     scenario = with_overrides(load_scenario("byzantine"), overrides)
     with pytest.raises(ScenarioError, match=named):
         plan_run(scenario)
+
+
+@pytest.mark.parametrize(
+    ("images", "largest"),
+    [((28, 28), 27), ((1, 28, 28), 27), ((1, 4, 8), 4), ((3, 8, 4), 4), ((60,), 7)],
+    ids=["H×W", "C×H×W", "wide", "tall", "flat"],
+)
+def test_a_trigger_is_bounded_by_what_it_stamps(
+    images: tuple[int, ...], largest: int
+) -> None:
+    data = Dataset("made", torch.zeros(2, *images), torch.zeros(2), n_classes=10)
+    scenario = load_scenario("byzantine")
+    for trigger, fits in ((largest, True), (largest + 1, False)):
+        chosen = with_overrides(
+            scenario, ["faulty=backdoor", f"faulty.trigger={trigger}"]
+        )
+        if fits:
+            check_backdoors(chosen, data)
+            stamped = stamp(data.x, trigger)
+            assert (stamped == 1).any() and not (stamped == 1).all()
+        else:
+            with pytest.raises(ScenarioError, match=f"at most {largest}"):
+                check_backdoors(chosen, data)
 
 
 def test_the_largest_trigger_that_leaves_part_of_the_image_is_planned() -> None:
