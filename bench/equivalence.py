@@ -113,14 +113,14 @@ def environment_lines(differing: list[str]) -> list[str]:
     differ from this machine's, references of one environment together."""
     here = environment()
     recorded = recorded_environments()
-    groups: dict[str, list[str]] = {}
+    groups: dict[str, tuple[dict[str, str], list[str]]] = {}
     for name in differing:
-        groups.setdefault(json.dumps(recorded.get(name), sort_keys=True), []).append(
+        theirs = recorded.get(name, {})
+        groups.setdefault(json.dumps(theirs, sort_keys=True), (theirs, []))[1].append(
             name
         )
     lines = []
-    for said, names in groups.items():
-        theirs = json.loads(said) or {}
+    for theirs, names in groups.values():
         lines.append(f"environment of {', '.join(names)}:")
         lines += [
             f"  {key}: the reference's {theirs.get(key)!r}, here {here.get(key)!r}"

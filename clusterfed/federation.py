@@ -405,13 +405,12 @@ class Federation:
         for client, kept in said["privacy"].items():
             if dp is None or dp.mechanism != "sample":
                 return f"client {client} has a DP-SGD plan; this run has no DP-SGD"
-            plan = PrivacyPlan.model_validate(kept)
+            # `kept` passed PrivacyPlan's validation when the checkpoint was read.
             for field in ("epsilon", "delta", "max_grad_norm", "accountant", "horizon"):
-                if getattr(plan, field) != getattr(dp, field):
+                if kept[field] != getattr(dp, field):
                     return (
-                        f"client {client}'s DP plan has {field} = "
-                        f"{getattr(plan, field)!r}, this run's dp.{field} is"
-                        f" {getattr(dp, field)!r}"
+                        f"client {client}'s DP plan has {field} = {kept[field]!r},"
+                        f" this run's dp.{field} is {getattr(dp, field)!r}"
                     )
         return None
 
